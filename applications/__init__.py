@@ -1,0 +1,1 @@
+"""Models built from attnlayers: NMT, captioning, BERT, GPT (installed as attnlayers.applications)."""
