@@ -13,9 +13,9 @@ from attnlayers import masking
 from attnlayers.scoring import get_score, serialize_score
 
 
-def _check_rank(x, ranks, name, layout):
-    if len(x.shape) not in ranks:
-        raise ValueError(f"`{name}` must have shape {layout}; received shape {tuple(x.shape)}.")
+def _check_rank(shape, ranks, name, layout):
+    if len(shape) not in ranks:
+        raise ValueError(f"`{name}` must have shape {layout}; received shape {tuple(shape)}.")
 
 
 def _check_same(a, b, what):
@@ -23,14 +23,16 @@ def _check_same(a, b, what):
         raise ValueError(what.format(a=a, b=b))
 
 
-def check_attention_inputs(query, value, key):
-    """Validates ranks, batch sizes and lengths of single-head attention inputs."""
-    _check_rank(query, (2, 3), "query", "(batch, target_length, query_dim), or (batch, query_dim) for one step")
-    _check_rank(value, (3,), "value", "(batch, source_length, value_dim)")
-    _check_rank(key, (3,), "key", "(batch, source_length, key_dim)")
-    _check_same(query.shape[0], value.shape[0], "`query` and `value` must have the same batch size; received {a} and {b}.")
-    _check_same(key.shape[0], value.shape[0], "`key` and `value` must have the same batch size; received {a} and {b}.")
-    _check_same(key.shape[1], value.shape[1], "`key` and `value` must have the same source length; received {a} and {b}.")
+def check_attention_shapes(query_shape, value_shape, key_shape=None):
+    """Validates ranks, batch sizes and lengths of single-head attention inputs (static shapes)."""
+    key_shape = value_shape if key_shape is None else key_shape
+    _check_rank(query_shape, (2, 3), "query", "(batch, target_length, query_dim), or (batch, query_dim) for one step")
+    _check_rank(value_shape, (3,), "value", "(batch, source_length, value_dim)")
+    _check_rank(key_shape, (3,), "key", "(batch, source_length, key_dim)")
+    same_batch = "`{0}` and `value` must have the same batch size; received {{a}} and {{b}}."
+    _check_same(query_shape[0], value_shape[0], same_batch.format("query"))
+    _check_same(key_shape[0], value_shape[0], same_batch.format("key"))
+    _check_same(key_shape[1], value_shape[1], "`key` and `value` must have the same source length; received {a} and {b}.")
 
 
 class AttentionBase(keras.layers.Layer):
@@ -61,6 +63,8 @@ class AttentionBase(keras.layers.Layer):
 
     def _build_score(self, query_shape, key_shape):
         query_shape = tuple(query_shape)
+        if len(query_shape) not in (2, 3):
+            raise ValueError(f"`query` must have rank 2 or 3; received shape {query_shape}.")
         if len(query_shape) == 2:
             query_shape = (query_shape[0], 1, query_shape[1])
         if not self.scorer.built:
@@ -84,7 +88,7 @@ class AttentionBase(keras.layers.Layer):
         **weight_kwargs,
     ):
         key = value if key is None else key
-        check_attention_inputs(query, value, key)
+        check_attention_shapes(query.shape, value.shape, key.shape)
         single_step = len(query.shape) == 2
         if single_step:  # one decoder step: (B, D) -> (B, 1, D)
             query = ops.expand_dims(query, 1)
@@ -169,6 +173,7 @@ class Attention(AttentionBase):
     """
 
     def build(self, query_shape, value_shape, key_shape=None):
+        check_attention_shapes(query_shape, value_shape, key_shape)
         self._build_score(query_shape, key_shape or value_shape)
 
     def compute_weights(self, logits, mask, *, query, value_mask, training):
@@ -226,8 +231,7 @@ class AttentionPooling(AttentionBase):
         self.query_dim = query_dim
 
     def build(self, inputs_shape):
-        if len(inputs_shape) != 3:
-            raise ValueError(f"`inputs` must have shape (batch, length, dim); received shape {tuple(inputs_shape)}.")
+        _check_rank(inputs_shape, (3,), "inputs", "(batch, length, dim)")
         dim = self.query_dim or inputs_shape[-1]
         self.query = self.add_weight(name="query", shape=(dim,), initializer="glorot_uniform")
         self._build_score((inputs_shape[0], dim), inputs_shape)

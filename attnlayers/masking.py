@@ -8,6 +8,7 @@ Conventions (see DESIGN.md):
   of padding. :func:`masked_softmax` is the one place that rule is implemented.
 """
 
+import ml_dtypes  # finfo for bfloat16 too; a dependency of TensorFlow and JAX
 import numpy as np
 from keras import backend, ops
 
@@ -31,7 +32,7 @@ def large_negative(dtype):
     ``-0.7 * finfo(dtype).max`` stays finite after subtracting the row maximum inside softmax, unlike
     ``-inf`` (NaN for fully-masked rows) or a literal ``-1e9`` (overflows float16, keras #17571).
     """
-    return float(-0.7 * np.finfo(backend.standardize_dtype(dtype)).max)
+    return float(-0.7 * ml_dtypes.finfo(backend.standardize_dtype(dtype)).max)
 
 
 def _static_shape(x):

@@ -87,6 +87,13 @@ class Score(keras.layers.Layer):
         Logits (B, T, S), in the compute dtype.
     """
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True  # masks are the attention layer's business; scores pass none on
+
+    def compute_mask(self, *args, **kwargs):
+        return None
+
     def build(self, query_shape, key_shape):
         _check_rank3(query_shape, "query")
         _check_rank3(key_shape, "key")

@@ -7,6 +7,7 @@ positions change nothing and a query with nothing visible gets a zero output.
 Works under the TensorFlow and JAX backends.
 """
 
+import inspect
 import os
 import tempfile
 
@@ -59,14 +60,16 @@ def check_gradients(layer, inputs, call_kwargs, training=True):
 
         non_trainable = [v.value for v in layer.non_trainable_variables]
         args = {k: v for k, v in inputs.items()}
+        if "training" in inspect.signature(layer.call).parameters:  # stateless_call does not filter it
+            call_kwargs = {**call_kwargs, "training": training}
 
         def loss_fn(trainable):
             if "__first__" in args:
                 outputs, _ = layer.stateless_call(
-                    trainable, non_trainable, args["__first__"], **call_kwargs, training=training
+                    trainable, non_trainable, args["__first__"], **call_kwargs
                 )
             else:
-                outputs, _ = layer.stateless_call(trainable, non_trainable, **args, **call_kwargs, training=training)
+                outputs, _ = layer.stateless_call(trainable, non_trainable, **args, **call_kwargs)
             return sum(ops.sum(ops.square(ops.cast(o, "float32"))) for o in _flat(outputs))
 
         grads = jax.grad(loss_fn)([v.value for v in variables])
@@ -210,3 +213,31 @@ def run_layer_test(
     if mask_check:
         check_masking(layer, inputs, call_kwargs, **mask_check)
     return layer
+
+
+def gradient(fn, x):
+    """d sum(fn(x)) / dx as NumPy, under the TensorFlow or JAX backend (fn maps a tensor to a tensor)."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.convert_to_tensor(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = ops.sum(ops.cast(fn(x), "float32"))
+        return np.asarray(ops.convert_to_numpy(ops.cast(tape.gradient(y, x), "float32")))
+    import jax
+
+    g = jax.grad(lambda x: ops.sum(ops.cast(fn(x), "float32")))(ops.convert_to_tensor(x))
+    return np.asarray(ops.convert_to_numpy(ops.cast(g, "float32")))
+
+
+def np_softmax(x, mask=None, axis=-1):
+    """Reference softmax from the definition, with the fully-masked rule (weights 0)."""
+    x = np.asarray(x, dtype="float64")
+    if mask is not None:
+        x = np.where(mask, x, -np.inf)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(x - m)
+    total = e.sum(axis=axis, keepdims=True)
+    return np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
