@@ -6,6 +6,7 @@ share. All math is in ``keras.ops``, so the layers run under the TensorFlow and 
 
 from attnlayers import masking, scoring
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
+from attnlayers.hard import GumbelTemperatureSchedule, HardAttention, ReinforceModel
 from attnlayers.local import LocalAttention
 from attnlayers.scoring import (
     AdditiveScore,
