@@ -1,13 +1,25 @@
 """attnlayers: attention layers for Keras 3.
 
-Every classic scoring function, soft / local / hard attention, attention pooling and the mask algebra they
-share. All math is in ``keras.ops``, so the layers run under the TensorFlow and JAX backends.
+Every classic scoring function; soft, local and hard attention; attention pooling; multi-head attention with
+GQA, caches and position hooks; positional encodings; token embeddings; Transformer blocks; and the mask
+algebra they share. All math is in ``keras.ops``, so the layers run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import masking, scoring
+from attnlayers import masking, positional, scoring
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
+from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.hard import GumbelTemperatureSchedule, HardAttention, ReinforceModel
 from attnlayers.local import LocalAttention
+from attnlayers.multi_head import MultiHeadAttention
+from attnlayers.positional import (
+    ALiBi,
+    PositionEmbedding,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionEncoding,
+    alibi_slopes,
+    relative_position_bucket,
+)
 from attnlayers.scoring import (
     AdditiveScore,
     CosineScore,
@@ -20,6 +32,13 @@ from attnlayers.scoring import (
     available_scores,
     get_score,
     register_score,
+)
+from attnlayers.transformer import (
+    FeedForward,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerEncoder,
+    TransformerEncoderBlock,
 )
 
 __version__ = "0.1.0"

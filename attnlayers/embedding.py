@@ -1,0 +1,174 @@
+"""Token + position (+ segment) embeddings with a tied output projection."""
+
+import math
+
+import keras
+from keras import ops
+
+from attnlayers.positional import PositionEmbedding, SinusoidalPositionEncoding
+
+_POSITIONS = ("learned", "sinusoidal")
+
+
+@keras.saving.register_keras_serializable(package="attnlayers")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Token embedding + position embedding (+ segment embedding), and the tied output projection.
+
+    ``x = E[token] * scale + P[position] (+ G[segment])``. With ``scale_embeddings=True`` the token embedding
+    is multiplied by sqrt(d_model) as in Vaswani et al. (2017, section 3.4). Called with ``reverse=True`` it
+    maps hidden states to vocabulary logits with the same matrix, ``logits = h E^T (+ b)`` (Press & Wolf
+    2017), for language-model heads.
+
+    Args:
+        vocabulary_size: number of tokens V.
+        sequence_length: longest sequence (size of the learned position table).
+        embedding_dim: d_model.
+        position: "learned" (BERT / GPT) or "sinusoidal" (the Transformer paper).
+        num_segments: if set, add a segment embedding with this many segments (BERT's sentence A / B).
+        mask_zero: token id 0 is padding; the output carries the padding mask (B, T).
+        scale_embeddings: multiply token embeddings by sqrt(embedding_dim).
+        output_bias: give the tied projection a (V,) bias.
+        embeddings_initializer: initializer of the token, position and segment tables.
+
+    Call arguments:
+        inputs: token ids (B, T); or, with ``reverse=True``, hidden states (B, T, d).
+        segment_ids: (B, T) ints in [0, num_segments), required iff ``num_segments`` is set.
+        start_index: position of the first token (cached decoding).
+        reverse: project hidden states to logits instead of embedding tokens.
+
+    Returns:
+        (B, T, d) embeddings (with an implicit mask if ``mask_zero``), or (B, T, V) logits when reversed.
+
+    Example:
+    >>> embed = TokenAndPositionEmbedding(8000, 256, 128, mask_zero=True)
+    >>> h = embed(token_ids)                 # (B, T, 128)
+    >>> logits = embed(h, reverse=True)      # (B, T, 8000), weights tied
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        sequence_length,
+        embedding_dim,
+        position="learned",
+        num_segments=None,
+        mask_zero=False,
+        scale_embeddings=False,
+        output_bias=False,
+        embeddings_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (
+            ("vocabulary_size", vocabulary_size),
+            ("sequence_length", sequence_length),
+            ("embedding_dim", embedding_dim),
+        ):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer; received {value!r}.")
+        if position not in _POSITIONS:
+            raise ValueError(f"`position` must be one of {_POSITIONS}; received {position!r}.")
+        if num_segments is not None and (not isinstance(num_segments, int) or num_segments <= 0):
+            raise ValueError(f"`num_segments` must be a positive integer or None; received {num_segments!r}.")
+        self.vocabulary_size = vocabulary_size
+        self.sequence_length = sequence_length
+        self.embedding_dim = embedding_dim
+        self.position = position
+        self.num_segments = num_segments
+        self.mask_zero = mask_zero
+        self.scale_embeddings = scale_embeddings
+        self.output_bias = output_bias
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = mask_zero
+
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size, embedding_dim, embeddings_initializer=self.embeddings_initializer,
+            mask_zero=mask_zero, name="token_embedding", dtype=self.dtype_policy,
+        )
+        if position == "learned":
+            self.position_embedding = PositionEmbedding(
+                sequence_length, initializer=self.embeddings_initializer, name="position_embedding",
+                dtype=self.dtype_policy,
+            )
+        else:
+            self.position_embedding = SinusoidalPositionEncoding(name="position_embedding", dtype=self.dtype_policy)
+        self.segment_embedding = None
+        if num_segments:
+            self.segment_embedding = keras.layers.Embedding(
+                num_segments, embedding_dim, embeddings_initializer=self.embeddings_initializer,
+                name="segment_embedding", dtype=self.dtype_policy,
+            )
+
+    def build(self, inputs_shape, segment_ids_shape=None):
+        self.token_embedding.build(inputs_shape)
+        embedded = tuple(inputs_shape[:2]) + (self.embedding_dim,)
+        self.position_embedding.build(embedded)
+        if self.segment_embedding is not None:
+            self.segment_embedding.build(inputs_shape)
+        if self.output_bias:
+            self.bias = self.add_weight(name="output_bias", shape=(self.vocabulary_size,), initializer="zeros")
+
+    def call(self, inputs, segment_ids=None, start_index=0, reverse=False):
+        if reverse:
+            return self._project(inputs)
+        if len(inputs.shape) != 2:
+            raise ValueError(f"`inputs` must be token ids of shape (batch, length); received shape {tuple(inputs.shape)}.")
+        if (segment_ids is None) != (self.segment_embedding is None):
+            raise ValueError(
+                f"`segment_ids` must be given iff `num_segments` is set (num_segments={self.num_segments}); "
+                f"received segment_ids={'None' if segment_ids is None else tuple(segment_ids.shape)}."
+            )
+        x = self.token_embedding(inputs)
+        if self.scale_embeddings:
+            x = x * ops.cast(math.sqrt(self.embedding_dim), x.dtype)
+        x = x + self.position_embedding(x, start_index=start_index)
+        if segment_ids is not None:
+            if tuple(segment_ids.shape) != tuple(inputs.shape) and None not in segment_ids.shape + inputs.shape:
+                raise ValueError(
+                    f"`segment_ids` must have the shape of `inputs` {tuple(inputs.shape)}; received "
+                    f"{tuple(segment_ids.shape)}."
+                )
+            x = x + self.segment_embedding(segment_ids)
+        return x
+
+    def _project(self, hidden):
+        """logits = h E^T (+ b): the tied output projection."""
+        if len(hidden.shape) < 2 or hidden.shape[-1] != self.embedding_dim:
+            raise ValueError(
+                f"With reverse=True, `inputs` must be hidden states (..., {self.embedding_dim}); received shape "
+                f"{tuple(hidden.shape)}."
+            )
+        table = ops.cast(self.token_embedding.embeddings, hidden.dtype)
+        logits = ops.matmul(hidden, ops.transpose(table))
+        if self.output_bias:
+            logits = logits + ops.cast(self.bias, logits.dtype)
+        return logits
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero or len(inputs.shape) != 2:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, inputs_shape, segment_ids_shape=None):
+        return tuple(inputs_shape[:2]) + (self.embedding_dim,)
+
+    def compute_output_spec(self, inputs, segment_ids=None, start_index=0, reverse=False):
+        if reverse:
+            shape = tuple(inputs.shape[:-1]) + (self.vocabulary_size,)
+        else:
+            shape = tuple(inputs.shape[:2]) + (self.embedding_dim,)
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_size": self.vocabulary_size,
+            "sequence_length": self.sequence_length,
+            "embedding_dim": self.embedding_dim,
+            "position": self.position,
+            "num_segments": self.num_segments,
+            "mask_zero": self.mask_zero,
+            "scale_embeddings": self.scale_embeddings,
+            "output_bias": self.output_bias,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }

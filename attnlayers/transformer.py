@@ -1,0 +1,633 @@
+"""Transformer building blocks (Vaswani et al. 2017, section 3): feed-forward, encoder and decoder blocks,
+and stacks of them.
+
+Each block is ``sublayer -> dropout -> residual -> LayerNorm`` (post-LN, the paper's "Add & Norm",
+LayerNorm(x + Sublayer(x))) or, with ``normalize_first=True``, ``x + Sublayer(LayerNorm(x))`` (pre-LN, as in
+GPT-2 and most modern models). Names and call arguments follow keras-hub's TransformerEncoder/Decoder.
+"""
+
+import keras
+from keras import ops
+
+from attnlayers.masking import keras_mask
+from attnlayers.multi_head import MultiHeadAttention
+
+_GATED = {"swiglu": "silu", "geglu": "gelu"}
+
+
+def _check_positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer; received {value!r}.")
+    return value
+
+
+def _check_rate(value, name):
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1); received {value!r}.")
+    return value
+
+
+@keras.saving.register_keras_serializable(package="attnlayers")
+class FeedForward(keras.layers.Layer):
+    """Position-wise feed-forward network.
+
+    ``FFN(x) = act(x W_1 + b_1) W_2 + b_2`` (Vaswani et al. eq. 2, with ReLU; GELU in BERT / GPT), or the gated
+    variant ``FFN(x) = (act(x W_1) * (x V)) W_2`` (Shazeer 2020) with ``activation="swiglu"`` (act = SiLU,
+    as in LLaMA) or ``"geglu"`` (act = GELU).
+
+    Args:
+        intermediate_dim: d_ff.
+        activation: "relu", "gelu", any Keras activation, or "swiglu" / "geglu" for the gated variant.
+        output_dim: defaults to the input size (d_model).
+        dropout: dropout on the hidden activations.
+        use_bias: biases in the dense layers.
+        kernel_initializer, bias_initializer: of the dense layers.
+
+    Call arguments:
+        inputs: (B, T, d_model).
+        training: enables dropout.
+
+    Returns:
+        (B, T, output_dim).
+
+    Example:
+    >>> ffn = FeedForward(2048, activation="relu")   # the paper's d_ff
+    >>> y = ffn(x)                                    # (B, T, 512) -> (B, T, 512)
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        activation="relu",
+        output_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.intermediate_dim = _check_positive_int(intermediate_dim, "intermediate_dim")
+        self.output_dim = None if output_dim is None else _check_positive_int(output_dim, "output_dim")
+        self.dropout = _check_rate(dropout, "dropout")
+        self.activation = activation
+        self.gated = activation in _GATED
+        self._activation = keras.activations.get(_GATED.get(activation, activation))
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units, use_bias=self.use_bias, kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer, name=name, dtype=self.dtype_policy,
+        )
+
+    def build(self, inputs_shape):
+        hidden_shape = tuple(inputs_shape[:-1]) + (self.intermediate_dim,)
+        self.intermediate_dense = self._dense(self.intermediate_dim, "intermediate_dense")
+        self.intermediate_dense.build(inputs_shape)
+        if self.gated:
+            self.gate_dense = self._dense(self.intermediate_dim, "gate_dense")
+            self.gate_dense.build(inputs_shape)
+        self.output_dense = self._dense(self.output_dim or inputs_shape[-1], "output_dense")
+        self.output_dense.build(hidden_shape)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def call(self, inputs, training=None):
+        hidden = self._activation(self.intermediate_dense(inputs))
+        if self.gated:
+            hidden = hidden * self.gate_dense(inputs)
+        return self.output_dense(self.dropout_layer(hidden, training=training))
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "intermediate_dim": self.intermediate_dim,
+            "activation": self.activation if isinstance(self.activation, str) else keras.activations.serialize(self._activation),
+            "output_dim": self.output_dim,
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        }
+
+
+class _Block(keras.layers.Layer):
+    """Shared constructor, sublayer factory and residual wiring of the encoder and decoder blocks."""
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        normalize_first=False,
+        key_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        attention_kwargs=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = _check_positive_int(num_heads, "num_heads")
+        self.intermediate_dim = _check_positive_int(intermediate_dim, "intermediate_dim")
+        self.dropout = _check_rate(dropout, "dropout")
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.normalize_first = normalize_first
+        self.key_dim = None if key_dim is None else _check_positive_int(key_dim, "key_dim")
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.attention_kwargs = dict(attention_kwargs or {})
+        self.supports_masking = True
+
+    def _key_dim(self, model_dim):
+        if self.key_dim is not None:
+            return self.key_dim
+        if model_dim % self.num_heads:
+            raise ValueError(
+                f"The model dim {model_dim} is not divisible by num_heads={self.num_heads}: pass `key_dim` "
+                f"explicitly, or choose num_heads dividing {model_dim}."
+            )
+        return model_dim // self.num_heads
+
+    def _attention(self, name, model_dim, query_shape, value_shape):
+        layer = MultiHeadAttention(
+            num_heads=self.num_heads, key_dim=self._key_dim(model_dim), dropout=self.dropout,
+            kernel_initializer=self.kernel_initializer, bias_initializer=self.bias_initializer,
+            name=name, dtype=self.dtype_policy, **self.attention_kwargs,
+        )
+        layer.build(query_shape, value_shape)
+        return layer
+
+    def _norm(self, name, shape):
+        layer = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy)
+        layer.build(shape)
+        return layer
+
+    def _feedforward(self, shape):
+        self.feedforward_layer_norm = self._norm("feedforward_layer_norm", shape)
+        self.feedforward = FeedForward(
+            self.intermediate_dim, activation=self.activation, kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer, name="feedforward", dtype=self.dtype_policy,
+        )
+        self.feedforward.build(shape)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def _residual(self, x, norm, sublayer, training):
+        """Post-LN: LayerNorm(x + Dropout(Sublayer(x))); pre-LN: x + Dropout(Sublayer(LayerNorm(x)))."""
+        out = sublayer(norm(x) if self.normalize_first else x)
+        out = out if isinstance(out, tuple) else (out,)
+        y = x + self.dropout_layer(out[0], training=training)
+        return (y if self.normalize_first else norm(y),) + out[1:]
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "activation": self.activation,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "normalize_first": self.normalize_first,
+            "key_dim": self.key_dim,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "attention_kwargs": keras.saving.serialize_keras_object(self.attention_kwargs) if self.attention_kwargs else None,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if config.get("attention_kwargs"):
+            config["attention_kwargs"] = keras.saving.deserialize_keras_object(config["attention_kwargs"])
+        return cls(**config)
+
+
+class _TracedOutputSpec:
+    """Symbolic outputs (tuples, dicts, caches) come from tracing ``call``, as for layers without
+    compute_output_shape; compute_output_shape still answers for the plain output."""
+
+    def compute_output_spec(self, *args, **kwargs):
+        return super(keras.layers.Layer, self).compute_output_spec(*args, **kwargs)
+
+
+def _check_model_input(shape, name):
+    if len(shape) != 3:
+        raise ValueError(f"`{name}` must have shape (batch, length, d_model); received shape {tuple(shape)}.")
+
+
+@keras.saving.register_keras_serializable(package="attnlayers")
+class TransformerEncoderBlock(_Block):
+    """One Transformer encoder layer: self-attention and feed-forward sublayers, each with dropout, a
+    residual connection and LayerNorm (Vaswani et al. 2017, section 3.1).
+
+    Args:
+        num_heads: attention heads.
+        intermediate_dim: d_ff of the feed-forward sublayer.
+        dropout: dropout on each sublayer's output and on the attention weights.
+        activation: feed-forward activation ("relu" as in the paper, "gelu", "swiglu", ...).
+        layer_norm_epsilon: LayerNorm epsilon.
+        normalize_first: pre-LN instead of the paper's post-LN.
+        key_dim: per-head size; defaults to d_model / num_heads.
+        kernel_initializer, bias_initializer: of every dense projection.
+        attention_kwargs: extra ``MultiHeadAttention`` arguments (``score``, ``num_key_value_heads``,
+            ``rotary``, ``position_bias``, ``sliding_window``): behaviours compose in through the attention.
+
+    Call arguments:
+        inputs: (B, T, d_model).
+        padding_mask: (B, T) boolean; the implicit Keras mask of ``inputs`` is used when omitted.
+        attention_mask: (B, T, T) boolean, True = may attend.
+        return_attention_scores: also return the self-attention weights (B, N, T, T).
+        training: enables dropout.
+
+    Returns:
+        (B, T, d_model), and the scores if requested.
+
+    Example:
+    >>> block = TransformerEncoderBlock(num_heads=8, intermediate_dim=2048)
+    >>> y = block(x, padding_mask=tokens != 0)    # (B, T, 512)
+    """
+
+    def build(self, inputs_shape):
+        _check_model_input(inputs_shape, "inputs")
+        model_dim = inputs_shape[-1]
+        self.self_attention = self._attention("self_attention", model_dim, inputs_shape, inputs_shape)
+        self.self_attention_layer_norm = self._norm("self_attention_layer_norm", inputs_shape)
+        self._feedforward(inputs_shape)
+
+    def call(self, inputs, padding_mask=None, attention_mask=None, return_attention_scores=False, training=None):
+        _check_model_input(inputs.shape, "inputs")
+        if padding_mask is None:
+            padding_mask = keras_mask(inputs)
+
+        def attend(x):
+            return self.self_attention(
+                x, x, query_mask=padding_mask, value_mask=padding_mask, attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores, training=training,
+            )
+
+        x, *scores = self._residual(inputs, self.self_attention_layer_norm, attend, training)
+        (x,) = self._residual(x, self.feedforward_layer_norm, lambda h: self.feedforward(h, training=training), training)
+        return (x, scores[0]) if return_attention_scores else x
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)
+
+    def compute_output_spec(self, inputs, return_attention_scores=False, **kwargs):
+        out = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return out
+        b, t = inputs.shape[:2]
+        return out, keras.KerasTensor((b, self.num_heads, t, t), dtype=self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="attnlayers")
+class TransformerDecoderBlock(_TracedOutputSpec, _Block):
+    """One Transformer decoder layer: masked (causal) self-attention, encoder-decoder cross-attention, and
+    feed-forward, each with dropout, residual and LayerNorm (Vaswani et al. 2017, section 3.1).
+
+    Built without an encoder sequence it is decoder-only (no cross-attention), as in GPT.
+
+    Args:
+        As :class:`TransformerEncoderBlock`.
+
+    Call arguments:
+        decoder_sequence: (B, T, d_model).
+        encoder_sequence: (B, S, d_model) encoder memory, or None (decoder-only).
+        decoder_padding_mask: (B, T); the implicit mask of ``decoder_sequence`` is used when omitted.
+        decoder_attention_mask: (B, T, T) extra self-attention mask.
+        encoder_padding_mask: (B, S); the implicit mask of ``encoder_sequence`` is used when omitted.
+        encoder_attention_mask: (B, T, S) extra cross-attention mask.
+        self_attention_cache: (B, 2, S_max, N, H) key/value cache of the self-attention.
+        self_attention_cache_update_index: where this call's tokens go in the cache.
+        cross_attention_cache: (B, 2, S, N, H) keys/values of the encoder memory. With
+            ``cross_attention_cache_update_index=0`` it is filled from ``encoder_sequence``; with None it is
+            used as is (the encoder is not projected again at every step).
+        use_causal_mask: the causal rule on self-attention (default True).
+        return_attention_scores: also return {"self_attention": (B, N, T, S_self),
+            "cross_attention": (B, N, T, S)}.
+        training: enables dropout.
+
+    Returns:
+        ``outputs`` (B, T, d_model); with a self-attention cache ``(outputs, self_attention_cache[,
+        cross_attention_cache])`` (keras-hub's order), with the scores dict appended when requested.
+
+    Example:
+    >>> block = TransformerDecoderBlock(num_heads=8, intermediate_dim=2048)
+    >>> y = block(target_embeddings, encoder_outputs, encoder_padding_mask=source != 0)
+    """
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        _check_model_input(decoder_sequence_shape, "decoder_sequence")
+        if encoder_sequence_shape is not None:
+            _check_model_input(encoder_sequence_shape, "encoder_sequence")
+        model_dim = decoder_sequence_shape[-1]
+        self.self_attention = self._attention(
+            "self_attention", model_dim, decoder_sequence_shape, decoder_sequence_shape
+        )
+        self.self_attention_layer_norm = self._norm("self_attention_layer_norm", decoder_sequence_shape)
+        self.cross_attention = None
+        if encoder_sequence_shape is not None:
+            self.cross_attention = self._attention(
+                "cross_attention", model_dim, decoder_sequence_shape, encoder_sequence_shape
+            )
+            self.cross_attention_layer_norm = self._norm("cross_attention_layer_norm", decoder_sequence_shape)
+        self._feedforward(decoder_sequence_shape)
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        decoder_attention_mask=None,
+        encoder_padding_mask=None,
+        encoder_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
+        use_causal_mask=True,
+        return_attention_scores=False,
+        training=None,
+    ):
+        _check_model_input(decoder_sequence.shape, "decoder_sequence")
+        has_cross = self.cross_attention is not None
+        if encoder_sequence is not None and not has_cross:
+            raise ValueError(
+                "This TransformerDecoderBlock was built decoder-only (no encoder_sequence at its first call); "
+                "received an `encoder_sequence`. Build it with an encoder sequence to use cross-attention."
+            )
+        if has_cross and encoder_sequence is None and cross_attention_cache is None:
+            raise ValueError(
+                "This TransformerDecoderBlock has cross-attention: pass `encoder_sequence` (or a filled "
+                "`cross_attention_cache`)."
+            )
+        if encoder_sequence is not None:
+            _check_model_input(encoder_sequence.shape, "encoder_sequence")
+            if None not in (encoder_sequence.shape[0], decoder_sequence.shape[0]) and (
+                encoder_sequence.shape[0] != decoder_sequence.shape[0]
+            ):
+                raise ValueError(
+                    f"`encoder_sequence` and `decoder_sequence` must have the same batch size; received "
+                    f"{encoder_sequence.shape[0]} and {decoder_sequence.shape[0]}."
+                )
+        if decoder_padding_mask is None:
+            decoder_padding_mask = keras_mask(decoder_sequence)
+        if encoder_padding_mask is None and encoder_sequence is not None:
+            encoder_padding_mask = keras_mask(encoder_sequence)
+        scores = {}
+
+        def self_attend(x):
+            # With a cache, the keys' padding lives in the cache (masked beyond the written positions).
+            out = self.self_attention(
+                x, x,
+                query_mask=decoder_padding_mask,
+                value_mask=decoder_padding_mask if self_attention_cache is None else None,
+                attention_mask=decoder_attention_mask, use_causal_mask=use_causal_mask,
+                return_attention_scores=return_attention_scores, training=training,
+                cache=self_attention_cache, cache_update_index=self_attention_cache_update_index,
+            )
+            return out if isinstance(out, tuple) else (out,)
+
+        x, *extra = self._residual(decoder_sequence, self.self_attention_layer_norm, self_attend, training)
+        if return_attention_scores:
+            scores["self_attention"] = extra.pop(0)
+        new_self_cache = extra[0] if extra else None
+
+        new_cross_cache = None
+        if has_cross:
+            memory = encoder_sequence if encoder_sequence is not None else x  # unused with a static cache
+
+            def cross_attend(h):
+                out = self.cross_attention(
+                    h, memory, query_mask=decoder_padding_mask, value_mask=encoder_padding_mask,
+                    attention_mask=encoder_attention_mask, return_attention_scores=return_attention_scores,
+                    training=training, cache=cross_attention_cache,
+                    cache_update_index=cross_attention_cache_update_index,
+                )
+                return out if isinstance(out, tuple) else (out,)
+
+            x, *extra = self._residual(x, self.cross_attention_layer_norm, cross_attend, training)
+            if return_attention_scores:
+                scores["cross_attention"] = extra.pop(0)
+            new_cross_cache = extra[0] if extra else None
+
+        (x,) = self._residual(x, self.feedforward_layer_norm, lambda h: self.feedforward(h, training=training), training)
+        outputs = (x,)
+        if self_attention_cache is not None:
+            outputs += (new_self_cache,)
+            if has_cross:
+                outputs += (new_cross_cache if new_cross_cache is not None else cross_attention_cache,)
+        if return_attention_scores:
+            outputs += (scores,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        return tuple(decoder_sequence_shape)
+
+
+def _stack_layers(cls, num_layers, block_kwargs, dtype):
+    return [cls(**block_kwargs, name=f"{cls.__name__.lower()}_{i}", dtype=dtype) for i in range(num_layers)]
+
+
+class _Stack(_TracedOutputSpec, keras.layers.Layer):
+    """N identical blocks that share no weights, plus a final LayerNorm for pre-LN stacks."""
+
+    block_class = None
+
+    def __init__(self, num_layers, num_heads, intermediate_dim, **block_kwargs):
+        super().__init__(**{k: block_kwargs.pop(k) for k in ("name", "dtype", "trainable") if k in block_kwargs})
+        self.num_layers = _check_positive_int(num_layers, "num_layers")
+        self.block_kwargs = {"num_heads": num_heads, "intermediate_dim": intermediate_dim, **block_kwargs}
+        self.blocks = _stack_layers(self.block_class, num_layers, self.block_kwargs, self.dtype_policy)
+        self.final_layer_norm = None
+        if block_kwargs.get("normalize_first"):
+            self.final_layer_norm = keras.layers.LayerNormalization(
+                epsilon=block_kwargs.get("layer_norm_epsilon", 1e-5), name="final_layer_norm", dtype=self.dtype_policy
+            )
+        self.supports_masking = True
+
+    def _finish(self, x, hidden_states, attention_scores, return_hidden_states, return_attention_scores):
+        if self.final_layer_norm is not None:
+            x = self.final_layer_norm(x)
+        if not (return_hidden_states or return_attention_scores):
+            return x
+        result = {"sequence_output": x}
+        if return_hidden_states:
+            result["hidden_states"] = hidden_states
+        if return_attention_scores:
+            result["attention_scores"] = attention_scores
+        return result
+
+    def get_config(self):
+        config = {**super().get_config(), "num_layers": self.num_layers}
+        block = self.blocks[0].get_config()
+        for key in ("name", "dtype", "trainable"):
+            block.pop(key, None)
+        return {**config, **block}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if config.get("attention_kwargs"):
+            config["attention_kwargs"] = keras.saving.deserialize_keras_object(config["attention_kwargs"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="attnlayers")
+class TransformerEncoder(_Stack):
+    """A stack of ``num_layers`` :class:`TransformerEncoderBlock` (no weight sharing).
+
+    Args:
+        num_layers: N (6 in the paper's base model).
+        num_heads, intermediate_dim, and any other :class:`TransformerEncoderBlock` argument.
+
+    Call arguments:
+        inputs: (B, T, d_model). padding_mask: (B, T). attention_mask: (B, T, T).
+        return_hidden_states: also return each block's output (a list of N tensors (B, T, d_model)).
+        return_attention_scores: also return each block's self-attention weights (N tensors (B, heads, T, T)).
+        training: enables dropout.
+
+    Returns:
+        (B, T, d_model); or, when either ``return_*`` flag is set, a dict with "sequence_output" and the
+        requested "hidden_states" / "attention_scores" lists.
+
+    Example:
+    >>> encoder = TransformerEncoder(num_layers=6, num_heads=8, intermediate_dim=2048)
+    >>> memory = encoder(embeddings, padding_mask=source != 0)
+    """
+
+    block_class = TransformerEncoderBlock
+
+    def build(self, inputs_shape):
+        for block in self.blocks:
+            block.build(inputs_shape)
+        if self.final_layer_norm is not None:
+            self.final_layer_norm.build(inputs_shape)
+
+    def call(
+        self, inputs, padding_mask=None, attention_mask=None, return_hidden_states=False,
+        return_attention_scores=False, training=None,
+    ):
+        if padding_mask is None:
+            padding_mask = keras_mask(inputs)
+        x, hidden_states, attention_scores = inputs, [], []
+        for block in self.blocks:
+            out = block(x, padding_mask=padding_mask, attention_mask=attention_mask,
+                        return_attention_scores=return_attention_scores, training=training)
+            if return_attention_scores:
+                x, scores = out
+                attention_scores.append(scores)
+            else:
+                x = out
+            hidden_states.append(x)
+        return self._finish(x, hidden_states, attention_scores, return_hidden_states, return_attention_scores)
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)
+
+
+@keras.saving.register_keras_serializable(package="attnlayers")
+class TransformerDecoder(_Stack):
+    """A stack of ``num_layers`` :class:`TransformerDecoderBlock` (no weight sharing), with per-layer caches.
+
+    Args:
+        num_layers: N. num_heads, intermediate_dim, and any other :class:`TransformerDecoderBlock` argument.
+
+    Call arguments:
+        decoder_sequence: (B, T, d_model). encoder_sequence: (B, S, d_model) or None (decoder-only).
+        decoder_padding_mask, decoder_attention_mask, encoder_padding_mask, encoder_attention_mask: as in
+            the block.
+        self_attention_cache: (B, N_layers, 2, S_max, heads, H), every layer's cache stacked on axis 1
+            (keras-hub's GPT-2 layout). self_attention_cache_update_index: int or scalar tensor.
+        cross_attention_cache: (B, N_layers, 2, S, heads, H); cross_attention_cache_update_index: 0 to fill
+            it from the encoder sequence, None to use it as is.
+        use_causal_mask, training: as in the block.
+        return_hidden_states / return_attention_scores: as in :class:`TransformerEncoder` (the scores are
+            per-layer dicts with "self_attention" and "cross_attention").
+
+    Returns:
+        (B, T, d_model), or a dict with "sequence_output" and whatever was requested: "hidden_states",
+        "attention_scores", "self_attention_cache", "cross_attention_cache" (the updated caches).
+
+    Example:
+    >>> decoder = TransformerDecoder(num_layers=6, num_heads=8, intermediate_dim=2048)
+    >>> y = decoder(target_embeddings, memory, encoder_padding_mask=source != 0)
+    """
+
+    block_class = TransformerDecoderBlock
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        for block in self.blocks:
+            block.build(decoder_sequence_shape, encoder_sequence_shape)
+        if self.final_layer_norm is not None:
+            self.final_layer_norm.build(decoder_sequence_shape)
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        decoder_attention_mask=None,
+        encoder_padding_mask=None,
+        encoder_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
+        use_causal_mask=True,
+        return_hidden_states=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        for name, cache in (("self_attention_cache", self_attention_cache), ("cross_attention_cache", cross_attention_cache)):
+            if cache is not None and (len(cache.shape) != 6 or cache.shape[1] not in (None, self.num_layers)):
+                raise ValueError(
+                    f"`{name}` must have shape (batch, num_layers={self.num_layers}, 2, length, heads, head_dim); "
+                    f"received shape {tuple(cache.shape)}."
+                )
+        if decoder_padding_mask is None:
+            decoder_padding_mask = keras_mask(decoder_sequence)
+        if encoder_padding_mask is None and encoder_sequence is not None:
+            encoder_padding_mask = keras_mask(encoder_sequence)
+        x, hidden_states, attention_scores = decoder_sequence, [], []
+        self_caches, cross_caches = [], []
+        for i, block in enumerate(self.blocks):
+            out = block(
+                x, encoder_sequence,
+                decoder_padding_mask=decoder_padding_mask, decoder_attention_mask=decoder_attention_mask,
+                encoder_padding_mask=encoder_padding_mask, encoder_attention_mask=encoder_attention_mask,
+                self_attention_cache=None if self_attention_cache is None else self_attention_cache[:, i],
+                self_attention_cache_update_index=self_attention_cache_update_index,
+                cross_attention_cache=None if cross_attention_cache is None else cross_attention_cache[:, i],
+                cross_attention_cache_update_index=cross_attention_cache_update_index,
+                use_causal_mask=use_causal_mask, return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            out = list(out) if isinstance(out, tuple) else [out]
+            x = out.pop(0)
+            if self_attention_cache is not None:
+                self_caches.append(out.pop(0))
+                if block.cross_attention is not None:
+                    cross_caches.append(out.pop(0))
+            if return_attention_scores:
+                attention_scores.append(out.pop(0))
+            hidden_states.append(x)
+        result = self._finish(x, hidden_states, attention_scores, return_hidden_states, return_attention_scores)
+        if self_attention_cache is None:
+            return result
+        result = result if isinstance(result, dict) else {"sequence_output": result}
+        result["self_attention_cache"] = ops.stack(self_caches, axis=1)
+        if cross_caches:
+            result["cross_attention_cache"] = ops.stack(cross_caches, axis=1)
+        return result
+
+    def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        return tuple(decoder_sequence_shape)
