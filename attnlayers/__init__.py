@@ -5,7 +5,7 @@ GQA, caches and position hooks; positional encodings; token embeddings; Transfor
 algebra they share. All math is in ``keras.ops``, so the layers run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import masking, positional, scoring
+from attnlayers import masking, positional, scoring, visualize
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.hard import GumbelTemperatureSchedule, HardAttention, ReinforceModel
