@@ -96,6 +96,8 @@ class Entry:
         same_math: both sides compute the same function: forward outputs are compared.
         sizes: per-entry overrides of the benchmark's sizes.
         note: one line printed under the table.
+        backward: time forward + backward (default); False times the forward pass alone (e.g. one
+            decoding step, which never runs a backward pass).
     """
 
     name: str
@@ -105,6 +107,7 @@ class Entry:
     same_math: bool = False
     sizes: dict = dataclasses.field(default_factory=dict)
     note: str = ""
+    backward: bool = True
 
 
 def normal(*shape, seed=0, dtype="float32"):
@@ -116,10 +119,20 @@ def _flat(outputs):
     return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
 
 
-def make_step(fn, inputs, variables, jit_compile):
-    """A compiled forward + backward step: d sum(outputs) / d (float inputs, trainable weights)."""
+def make_step(fn, inputs, variables, jit_compile, backward=True):
+    """A compiled forward + backward step: d sum(outputs) / d (float inputs, trainable weights).
+    With ``backward=False``, the forward pass alone."""
     names = [k for k, v in inputs.items() if v.dtype.is_floating]
     tf_vars = [v.value if hasattr(v, "value") else v for v in variables]
+
+    if not backward:
+
+        @tf.function(jit_compile=jit_compile)
+        def forward(x):
+            outputs = _flat(fn(x))
+            return tf.add_n([tf.reduce_sum(tf.cast(o, "float32")) for o in outputs]), outputs
+
+        return forward
 
     @tf.function(jit_compile=jit_compile)
     def step(x):
@@ -211,7 +224,7 @@ def run_entry(entry, sizes, mode, repeats, warmup, number, memory, memory_runs=3
     for role in ("peer", "ours"):
         side = getattr(entry, role)
         layer, fn, variables, outputs = side.build(sizes, inputs)
-        step = make_step(fn, inputs, variables, MODES[mode])
+        step = make_step(fn, inputs, variables, MODES[mode], entry.backward)
         start = time.perf_counter()
         float(step(inputs)[0])  # trace + compile
         first = time.perf_counter() - start
