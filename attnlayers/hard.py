@@ -23,7 +23,7 @@ import numpy as np
 from keras import ops
 
 from attnlayers import masking
-from attnlayers.attention import AttentionBase
+from attnlayers.attention import Attention
 
 try:  # Divides a per-replica loss by the number of replicas under tf.distribute (as Keras does for its losses).
     from keras.src.losses.loss import scale_loss_for_distribution as _scale_loss_for_distribution
@@ -48,7 +48,7 @@ def straight_through(hard, soft):
 
 
 @keras.saving.register_keras_serializable(package="attnlayers")
-class HardAttention(AttentionBase):
+class HardAttention(Attention):
     """Stochastic hard attention (Xu et al. 2015, "Show, Attend and Tell", sec. 4.1).
 
     Training (``training=True``): each query samples a key position from its attention distribution
@@ -156,7 +156,7 @@ class HardAttention(AttentionBase):
         object.__setattr__(self, "_warned_unwired", False)
 
     def build(self, query_shape, value_shape, key_shape=None):
-        self._build_score(query_shape, key_shape or value_shape)
+        super().build(query_shape, value_shape, key_shape)
         if self.estimator == "gumbel":
             self.tau = self.add_weight(
                 name="tau",
@@ -284,26 +284,6 @@ class HardAttention(AttentionBase):
         return surrogate
 
     # ---------------------------------------------------------------------------------------------- Keras API
-
-    def call(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        return_attention_scores=False,
-        training=None,
-    ):
-        return self._attend(
-            query, value, key, query_mask, value_mask, attention_mask, use_causal_mask,
-            return_attention_scores, training,
-        )
-
-    def compute_output_spec(self, query, value, key=None, return_attention_scores=False, **kwargs):
-        return self._output_spec(query.shape, value.shape, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()

@@ -527,7 +527,7 @@ def test_bad_inputs(rng):
     layer = HardAttention()
     q = rng.normal(size=(B, T, D)).astype("float32")
     v = rng.normal(size=(B, S, D)).astype("float32")
-    with pytest.raises(ValueError, match=r"must have shape \(batch, length, dim\); received shape \(5, 4\)"):
+    with pytest.raises(ValueError, match=r"`value` must have shape \(batch, source_length, value_dim\); received shape \(5, 4\)"):
         layer(q, v[0])
     with pytest.raises(ValueError, match="`value_mask`"):
         layer(q, v, value_mask=np.ones((B, S + 1), bool))
