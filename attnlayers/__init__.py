@@ -5,8 +5,9 @@ GQA, caches and position hooks; positional encodings; token embeddings; Transfor
 algebra they share. All math is in ``keras.ops``, so the layers run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import masking, positional, scoring, visualize
+from attnlayers import decoding, masking, positional, scoring, visualize
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
+from attnlayers.decoding import BeamSearch, DecodeResult, GreedySearch, Sampling, generate
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.hard import GumbelTemperatureSchedule, HardAttention, ReinforceModel
 from attnlayers.local import LocalAttention

@@ -1,0 +1,215 @@
+"""SavedModel export of generation: a ``generate`` signature that runs :func:`attnlayers.decoding.generate`
+(greedy, beam search or sampling, with its stop tokens and caches) inside the SavedModel.
+
+keras-hub and ``keras.export`` write the forward pass only; a server then has to reimplement the decoding
+loop. Here the loop itself is exported: a ``tf.Module`` holds the model's variables (and the tokenizer's
+resources) and a ``tf.function`` with a fixed input signature wraps the decoding loop, itself an XLA-compiled
+``tf.function(jit_compile=True)`` (compiled once per input shape, at the first call after loading). The result
+loads with ``tf.saved_model.load`` in a process that imports neither attnlayers nor keras (with a
+tensorflow-text tokenizer attached, ``import tensorflow_text`` registers its ops).
+
+TensorFlow only (SavedModel is TensorFlow's format): this module imports tensorflow and needs the TensorFlow
+backend when exporting.
+"""
+
+import keras
+import tensorflow as tf
+
+from attnlayers.decoding import generate, get_strategy
+
+
+def _variables(track):
+    if track is None:
+        return []
+    if isinstance(track, (keras.layers.Layer, keras.Variable)) or not isinstance(track, (list, tuple)):
+        track = [track]
+    variables = []
+    for item in track:
+        if isinstance(item, keras.Variable):
+            variables.append(item)
+        elif hasattr(item, "variables"):
+            variables.extend(item.variables)
+        else:
+            raise ValueError(
+                "`track` must be a Keras layer or model, a Keras variable, or a list of them (everything whose "
+                f"variables `next` and `prepare` use); received an item {item!r}."
+            )
+    return variables
+
+
+def _default_prepare(token_ids, padding_mask):
+    return {"prompt": token_ids, "prompt_mask": padding_mask}
+
+
+def _text_of(token_ids, prompt_lengths, lengths, stop_token_ids, tokenizer):
+    """Detokenizes the generated part of each sequence: after the prompt, before the stop token / padding."""
+    shape = tf.shape(token_ids)
+    flat = tf.reshape(token_ids, (-1, shape[-1]))
+    lengths = tf.reshape(lengths, (-1,))
+    # (B,) prompt lengths, repeated for the t beams of each row of a (B, t, L) beam search output.
+    starts = tf.repeat(prompt_lengths, shape[1]) if token_ids.shape.rank == 3 else prompt_lengths
+    positions = tf.range(shape[-1])[None, :]
+    keep = (positions >= starts[:, None]) & (positions < lengths[:, None])
+    for stop in stop_token_ids:
+        keep &= tf.not_equal(flat, stop)
+    text = tokenizer.detokenize(tf.ragged.boolean_mask(flat, keep))
+    return tf.reshape(tf.convert_to_tensor(text), shape[:-1])
+
+
+class _GenerateModule(tf.Module):
+    def __init__(self, variables, tokenizer):
+        super().__init__(name="attnlayers_generate")
+        self.model_variables = list(variables)
+        if tokenizer is not None:
+            self.tokenizer = tokenizer  # tracks its lookup tables / tokenizer resources
+
+
+def export_generate(
+    path,
+    next,
+    max_length,
+    strategy="greedy",
+    *,
+    track=None,
+    prepare=None,
+    stop_token_ids=None,
+    pad_token_id=0,
+    tokenizer=None,
+    input_length=None,
+    jit_compile=True,
+):
+    """Writes a SavedModel whose ``generate`` signature runs the decoding loop.
+
+    Args:
+        path: the SavedModel directory.
+        next: the step function of :func:`attnlayers.decoding.generate`, ``next(tokens, cache, index) ->
+            (logits, cache)``.
+        max_length: L, the output length (prompt included), a Python int.
+        strategy: as in :func:`~attnlayers.decoding.generate` (a name, :class:`~attnlayers.decoding.GreedySearch`,
+            :class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`, a keras-hub sampler).
+            A sampling strategy adds an int32 scalar ``seed`` input (same seed, same output).
+        track: the Keras layers / models (or variables) whose variables ``next`` and ``prepare`` read; they are
+            saved with the function.
+        prepare: ``prepare(token_ids, padding_mask) -> dict`` with "prompt" (B, P) and optionally "prompt_mask"
+            (B, P) and "cache": turns the signature's inputs into the decoding's. Default: the inputs are the
+            (decoder-only) prompt, no cache. A cached GPT returns its prefilled cache; a translator returns
+            start tokens as the prompt and a cache holding the encoder memory of ``token_ids``.
+        stop_token_ids, pad_token_id: as in :func:`~attnlayers.decoding.generate`.
+        tokenizer: None, or an object whose ``tokenize(strings)`` returns (ragged) int token ids and
+            ``detokenize(ids)`` strings, built from TensorFlow / tensorflow-text ops (e.g. a keras-hub
+            ``WordPieceTokenizer``, or a ``tensorflow_text`` tokenizer). The signature then takes strings.
+        input_length: None or an int: the inputs are padded (and truncated) to this length, so that the
+            compiled loop sees one input shape per batch size. Default: ``max_length`` with a tokenizer (the
+            text's length varies), the given width of ``token_ids`` without.
+        jit_compile: compile the decoding loop with XLA.
+
+    Returns:
+        The ``tf.Module`` that was saved (its ``generate`` method runs in this process too).
+
+    Signature ``generate`` (``loaded.signatures["generate"](**inputs)`` or ``loaded.generate(...)``):
+        inputs: ``token_ids`` int32 (B, P) and ``padding_mask`` bool (B, P) (right-padded prompts); with a
+            tokenizer, ``text`` string (B,) instead; ``seed`` int32 () for sampling strategies.
+        outputs (a dict): ``token_ids`` int32 (B, L), ``scores`` / ``log_probs`` float32 (B,), ``lengths``
+            int32 (B,); with :class:`~attnlayers.decoding.BeamSearch`, (B, t, L) and (B, t). With a tokenizer,
+            also ``text`` string (B,) or (B, t): the detokenized generated tokens (prompt, stop token and
+            padding left out).
+
+    Example:
+    >>> export_generate("/tmp/gpt", lm_next, 64, BeamSearch(4, 2), track=[embedding, decoder],
+    ...                 prepare=lambda ids, mask: {"prompt": ids, "prompt_mask": mask, "cache": prefill(ids)},
+    ...                 stop_token_ids=[eos])
+    >>> # in a process with only TensorFlow:
+    >>> loaded = tf.saved_model.load("/tmp/gpt")
+    >>> out = loaded.signatures["generate"](token_ids=ids, padding_mask=ids != 0)
+    >>> out["token_ids"].shape, out["scores"].shape
+    (TensorShape([B, 2, 64]), TensorShape([B, 2]))
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "export_generate writes a TensorFlow SavedModel and needs the TensorFlow backend; received "
+            f"KERAS_BACKEND={keras.backend.backend()!r}."
+        )
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"`max_length` must be a positive int; received max_length={max_length!r}.")
+    if input_length is not None and (isinstance(input_length, bool) or not isinstance(input_length, int)
+                                     or input_length < 1):
+        raise ValueError(f"`input_length` must be None or a positive int; received input_length={input_length!r}.")
+    if tokenizer is not None and not (hasattr(tokenizer, "tokenize") and hasattr(tokenizer, "detokenize")):
+        raise ValueError(
+            "`tokenizer` must have `tokenize(strings)` and `detokenize(token_ids)` methods built from TensorFlow "
+            f"ops; received {tokenizer!r}."
+        )
+    strategy = get_strategy(strategy)
+    prepare = prepare or _default_prepare
+    stops = () if stop_token_ids is None else tuple(
+        [stop_token_ids] if isinstance(stop_token_ids, int) else stop_token_ids
+    )
+    if tokenizer is not None and input_length is None:
+        input_length = max_length
+    stochastic = strategy.stochastic
+    module = _GenerateModule(_variables(track), tokenizer)
+
+    @tf.function(jit_compile=jit_compile, autograph=False)
+    def decode(token_ids, padding_mask, seed):
+        inputs = prepare(token_ids, padding_mask)
+        if not isinstance(inputs, dict) or "prompt" not in inputs:
+            raise ValueError(
+                "`prepare(token_ids, padding_mask)` must return a dict with 'prompt' (and optionally 'prompt_mask', "
+                f"'cache'); received {inputs!r}."
+            )
+        prompt = tf.cast(inputs["prompt"], tf.int32)
+        prompt_mask = inputs.get("prompt_mask")
+        if prompt_mask is None:
+            prompt_mask = tf.ones_like(prompt, dtype=tf.bool)
+        result = generate(
+            next, prompt, max_length, strategy, cache=inputs.get("cache"), prompt_mask=prompt_mask,
+            stop_token_ids=stops, pad_token_id=pad_token_id, seed=seed if stochastic else None,
+        )
+        prompt_lengths = tf.reduce_sum(tf.cast(prompt_mask, tf.int32), axis=1)
+        return result, prompt_lengths
+
+    def fit(token_ids, padding_mask):
+        if input_length is None:
+            return token_ids, padding_mask
+        token_ids, padding_mask = token_ids[:, :input_length], padding_mask[:, :input_length]
+        extra = input_length - tf.shape(token_ids)[1]
+        token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
+        padding_mask = tf.pad(padding_mask, [[0, 0], [0, extra]], constant_values=False)
+        return tf.ensure_shape(token_ids, (None, input_length)), tf.ensure_shape(padding_mask, (None, input_length))
+
+    def outputs(result):
+        result, _ = result
+        return {"token_ids": result.tokens, "scores": result.scores, "log_probs": result.log_probs,
+                "lengths": result.lengths}
+
+    seed_spec = [tf.TensorSpec((), tf.int32, name="seed")] if stochastic else []
+    if tokenizer is None:
+        def generate_ids(token_ids, padding_mask, *seed):
+            token_ids, padding_mask = fit(tf.cast(token_ids, tf.int32), tf.cast(padding_mask, tf.bool))
+            return outputs(decode(token_ids, padding_mask, seed[0] if seed else tf.constant(0)))
+
+        signature = [tf.TensorSpec((None, None), tf.int32, name="token_ids"),
+                     tf.TensorSpec((None, None), tf.bool, name="padding_mask")] + seed_spec
+        function = tf.function(generate_ids, input_signature=signature, autograph=False)
+    else:
+        def generate_text(text, *seed):
+            ids = tokenizer.tokenize(text)
+            if not isinstance(ids, tf.RaggedTensor):
+                ids = tf.RaggedTensor.from_tensor(ids)
+            while ids.ragged_rank > 1:  # tokenizers that return (batch, words, pieces)
+                ids = ids.merge_dims(1, 2)
+            ids = tf.cast(ids, tf.int32)
+            token_ids = ids.to_tensor(default_value=pad_token_id)
+            padding_mask = tf.sequence_mask(ids.row_lengths(), tf.shape(token_ids)[1])
+            token_ids, padding_mask = fit(token_ids, padding_mask)
+            result = decode(token_ids, padding_mask, seed[0] if seed else tf.constant(0))
+            out = outputs(result)
+            out["text"] = _text_of(out["token_ids"], result[1], out["lengths"], stops, tokenizer)
+            return out
+
+        signature = [tf.TensorSpec((None,), tf.string, name="text")] + seed_spec
+        function = tf.function(generate_text, input_signature=signature, autograph=False)
+
+    module.generate = function
+    tf.saved_model.save(module, path, signatures={"generate": function.get_concrete_function()})
+    return module

@@ -1,0 +1,261 @@
+"""Generation speed: attnlayers.decoding.generate with a KV cache, against recomputing the whole prefix at every
+step and against keras_hub.models.GPT2CausalLM.generate, in one process (TensorFlow backend, CPU, all three
+compiled the same way: ``tf.function(jit_compile=True)``, as keras-hub compiles its own generate).
+
+The model: a GPT-2-architecture decoder at small sizes (defaults: 4 layers, d_model 256, 4 heads of 64 as in
+GPT-2, d_ff 1024, vocabulary 8192), random weights, greedy decoding of ``new_tokens`` = 256 tokens for a batch
+of 8 prompts of 16 tokens, no stop token (every call generates exactly batch * new_tokens tokens).
+
+- ours: ``TokenAndPositionEmbedding`` (learned positions) + ``TransformerDecoder(normalize_first=True)``
+  (pre-LN, GELU with the tanh approximation, LayerNorm eps 1e-5, final LayerNorm) + tied output projection
+  (``reverse=True``): GPT-2's architecture. The keras-hub model's weights are copied into it, so both sides
+  compute the same function; the table reports whether the generated tokens agree.
+- recompute: the same model and loop, but ``next`` runs the whole (B, L) buffer through the model at every step
+  (fixed shapes, as XLA needs: the causal mask hides what is not generated yet) and takes the logits at
+  ``index - 1``: no cache.
+- keras-hub: ``GPT2CausalLM(GPT2Backbone(...), preprocessor=None)`` compiled with ``sampler="greedy"``,
+  ``generate({"token_ids", "padding_mask"}, stop_token_ids=None)``.
+
+What differs between ours and keras-hub (same architecture and weights):
+- prefill: keras-hub's ``_build_cache`` runs the whole (B, L) buffer (prompt + room for the new tokens)
+  through the model once before the loop; ours prefills the prompt only (B, P).
+- cache update: keras-hub writes the new key/value with ``slice_update`` (an in-place dynamic update slice
+  under XLA); attnlayers' MultiHeadAttention writes it with a gather and a select over the whole cache
+  (chosen because it is differentiable on every backend), O(L) per step instead of O(1). Both attend over
+  the whole (B, L) cache at every step (masked beyond the current position).
+- ours computes the log-softmax of every step's logits for ``scores``; keras-hub computes a softmax (and
+  returns no scores).
+
+First call (trace + XLA compile + one generation) and later calls (median of ``--repeats``, interleaved
+ours / keras-hub / ours ...) are reported separately. Tokens per second = batch * new_tokens / seconds.
+
+Run:  .venv/bin/python benchmarks/bench_decoding.py                  (about 4 minutes on 2 CPU cores, 70 s of it
+                                                                      the no-cache baseline)
+      .venv/bin/python benchmarks/bench_decoding.py --skip-recompute --repeats 5
+Writes benchmarks/results/decoding.json.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+import harness  # first: it selects the TensorFlow backend
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from attnlayers import TokenAndPositionEmbedding, TransformerDecoder
+from attnlayers.decoding import generate
+
+SIZES = {
+    "batch": 8,
+    "prompt_length": 16,
+    "new_tokens": 256,
+    "num_layers": 4,
+    "hidden_dim": 256,
+    "num_heads": 4,
+    "intermediate_dim": 1024,
+    "vocabulary_size": 8192,
+}
+
+
+def gelu_approximate(x):
+    return keras.activations.gelu(x, approximate=True)  # GPT-2's GELU
+
+
+class GPT:
+    """GPT-2's architecture from attnlayers blocks, with a cached and an uncached step function."""
+
+    def __init__(self, s, max_length):
+        self.s, self.max_length = s, max_length
+        self.embed = TokenAndPositionEmbedding(s["vocabulary_size"], max_length, s["hidden_dim"])
+        self.decoder = TransformerDecoder(
+            s["num_layers"], s["num_heads"], s["intermediate_dim"], normalize_first=True,
+            activation=gelu_approximate, layer_norm_epsilon=1e-5,
+        )
+        self.decoder(self.embed(np.zeros((1, max_length), "int32")))  # build
+
+    def logits(self, tokens):
+        return self.embed(self.decoder(self.embed(tokens)), reverse=True)
+
+    def next(self, tokens, cache, index):
+        token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1)
+        out = self.decoder(
+            self.embed(token, start_index=index - 1),
+            self_attention_cache=cache, self_attention_cache_update_index=index - 1,
+        )
+        return self.embed(out["sequence_output"], reverse=True)[:, 0], out["self_attention_cache"]
+
+    def next_recompute(self, tokens, cache, index):
+        return ops.take(self.logits(tokens), index - 1, axis=1), cache
+
+    def prefill(self, prompt):
+        s = self.s
+        head_dim = s["hidden_dim"] // s["num_heads"]
+        cache = ops.zeros((ops.shape(prompt)[0], s["num_layers"], 2, self.max_length, s["num_heads"], head_dim))
+        out = self.decoder(self.embed(prompt), self_attention_cache=cache, self_attention_cache_update_index=0)
+        return out["self_attention_cache"]
+
+
+def copy_weights(backbone, ours):
+    """keras-hub GPT2Backbone weights -> ours (same shapes, names mapped)."""
+    rename = {
+        "feedforward_intermediate_dense": "feedforward/intermediate_dense",
+        "feedforward_output_dense": "feedforward/output_dense",
+    }
+    targets = {}
+    for w in ours.embed.weights:
+        targets[w.path.split("/", 1)[1]] = w  # token_embedding/embeddings, position_embedding/embeddings
+    for w in ours.decoder.weights:
+        path = w.path.split("/", 1)[1]  # transformerdecoderblock_i/... or final_layer_norm/...
+        path = path.replace("transformerdecoderblock_", "transformer_layer_").replace("final_layer_norm", "layer_norm")
+        targets[path] = w
+    for w in backbone.weights:
+        path = w.path
+        for old, new in rename.items():
+            path = path.replace(old, new)
+        targets.pop(path).assign(w.value)
+    if targets:
+        raise RuntimeError(f"weights not copied: {sorted(targets)}")
+
+
+def make_inputs(s):
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(1, s["vocabulary_size"], size=(s["batch"], s["prompt_length"])).astype("int32")
+    return prompt
+
+
+def timed(fn, *args):
+    start = time.perf_counter()
+    out = fn(*args)
+    tokens = out[0] if isinstance(out, tuple) else out
+    np.asarray(tokens)  # wait for the result
+    return time.perf_counter() - start, out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for key, value in SIZES.items():
+        parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=value)
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per side after the first")
+    parser.add_argument("--recompute-repeats", type=int, default=1, help="timed calls of the no-cache baseline")
+    parser.add_argument("--skip-recompute", action="store_true", help="skip the (slow) no-cache baseline")
+    parser.add_argument("--modes", default="graph,xla", help="graph = tf.function, xla = tf.function(jit_compile=True)")
+    parser.add_argument("--out", default=harness.RESULTS_DIR)
+    args = parser.parse_args(argv)
+    s = {key: getattr(args, key) for key in SIZES}
+    max_length = s["prompt_length"] + s["new_tokens"]
+    n_tokens = s["batch"] * s["new_tokens"]
+    print(f"decoding: sizes {s}, max_length {max_length}, repeats {args.repeats}", flush=True)
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=s["vocabulary_size"], num_layers=s["num_layers"], num_heads=s["num_heads"],
+        hidden_dim=s["hidden_dim"], intermediate_dim=s["intermediate_dim"], dropout=0.0,
+        max_sequence_length=max_length,
+    )
+    ours = GPT(s, max_length)
+    copy_weights(backbone, ours)
+
+    prompt = make_inputs(s)
+    buffer = np.zeros((s["batch"], max_length), "int32")
+    buffer[:, : s["prompt_length"]] = prompt
+    hub_inputs = {"token_ids": tf.constant(buffer), "padding_mask": tf.constant(buffer != 0)}
+    prompt = tf.constant(prompt)
+
+    def ours_generate(prompt):
+        result = generate(ours.next, prompt, max_length, "greedy", cache=ours.prefill(prompt))
+        return result.tokens
+
+    def recompute_generate(prompt):
+        return generate(ours.next_recompute, prompt, max_length, "greedy").tokens
+
+    def hub_side(jit_compile):
+        # keras-hub compiles generate in tf.function(jit_compile=model.jit_compile); after
+        # compile(sampler=...) without jit_compile that resolves to False on CPU (its default).
+        hub = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+        hub.compile(sampler="greedy", jit_compile=jit_compile)
+        assert bool(hub.jit_compile) == jit_compile
+        return lambda inputs: hub.generate(inputs, stop_token_ids=None)["token_ids"]
+
+    modes = args.modes.split(",")
+    sides = {}
+    for mode in modes:
+        jit = mode == "xla"
+        sides[f"ours [{mode}]"] = (tf.function(ours_generate, jit_compile=jit), prompt)
+        sides[f"keras_hub [{mode}]"] = (hub_side(jit), hub_inputs)
+    results = {}
+    for name, (fn, x) in sides.items():
+        first, out = timed(fn, x)
+        results[name] = {"first_call_s": first, "samples_s": [], "tokens": np.asarray(out)}
+        print(f"  {name}: first call {first:.2f} s", flush=True)
+    names = list(sides)
+    for r in range(args.repeats):  # interleaved, order reversed every other round (ABBA)
+        for name in (names if r % 2 == 0 else names[::-1]):
+            fn, x = sides[name]
+            results[name]["samples_s"].append(timed(fn, x)[0])
+    if not args.skip_recompute:
+        mode = "xla" if "xla" in modes else modes[0]
+        name = f"recompute [{mode}]"
+        fn = tf.function(recompute_generate, jit_compile=mode == "xla")
+        first, out = timed(fn, prompt)
+        results[name] = {"first_call_s": first, "samples_s": [], "tokens": np.asarray(out)}
+        print(f"  {name}: first call {first:.2f} s", flush=True)
+        for _ in range(args.recompute_repeats):
+            results[name]["samples_s"].append(timed(fn, prompt)[0])
+
+    reference = results[f"ours [{modes[-1]}]"]["tokens"]
+    for name, r in results.items():
+        r["median_s"] = statistics.median(r["samples_s"]) if r["samples_s"] else r["first_call_s"]
+        r["tokens_per_s"] = n_tokens / r["median_s"]
+        r["same_tokens_as_ours"] = bool(np.array_equal(r.pop("tokens"), reference))
+    rows = []
+    for name, r in results.items():
+        mode = name.split("[")[1].rstrip("]")
+        ours = results[f"ours [{mode}]"]
+        # paired: the median over rounds of (peer time / ours time) from adjacent samples, the least sensitive
+        # to drift on a shared machine (as in harness.py); only where both sides have the same rounds.
+        paired = "-"
+        if len(r["samples_s"]) == len(ours["samples_s"]) and r is not ours:
+            paired = f"{statistics.median(p / o for p, o in zip(r['samples_s'], ours['samples_s'])):.2f}x"
+            r["paired_speedup_of_ours"] = float(paired[:-1])
+        r["speedup_of_ours"] = ours["tokens_per_s"] / r["tokens_per_s"]
+        rows.append([name, f"{r['first_call_s']:.2f}", f"{r['median_s']:.3f}", f"{r['tokens_per_s']:.0f}",
+                     f"{r['speedup_of_ours']:.2f}x", paired, str(r["same_tokens_as_ours"])])
+    header = ["side [mode]", "first call s", "later calls s (median)", "tokens/s", "ours speedup (same mode)",
+              "paired", "same tokens"]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    print()
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print(line(row))
+    print(f"  {n_tokens} new tokens per call (batch {s['batch']} x {s['new_tokens']}), prompt {s['prompt_length']}; "
+          f"graph = tf.function, xla = tf.function(jit_compile=True)")
+
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "decoding.json")
+    record = {
+        "benchmark": "decoding",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([os.path.basename(sys.argv[0])] + list(sys.argv[1:] if argv is None else argv)),
+        "sizes": s,
+        "environment": harness.environment(),
+        "results": results,
+    }
+    with open(path, "w") as f:
+        json.dump(record, f, indent=2)
+    print(f"\nwrote {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
