@@ -1,8 +1,9 @@
 """attnlayers: attention layers for Keras 3.
 
-Every classic scoring function; soft, local and hard attention; attention pooling; multi-head attention with
-GQA, caches and position hooks; positional encodings; token embeddings; Transformer blocks; and the mask
-algebra they share. All math is in ``keras.ops``, so the layers run under the TensorFlow and JAX backends.
+Every classic scoring function; soft, local and hard attention; attention pooling; attention RNN decoders
+(Bahdanau, Luong); multi-head attention with GQA, caches and position hooks; positional encodings; token
+embeddings; Transformer blocks; and the mask algebra they share. All math is in ``keras.ops``, so the layers
+run under the TensorFlow and JAX backends.
 """
 
 from attnlayers import decoding, masking, positional, scoring, visualize
@@ -21,6 +22,7 @@ from attnlayers.positional import (
     alibi_slopes,
     relative_position_bucket,
 )
+from attnlayers.recurrent import AttentionRNNDecoder, BahdanauDecoder, LuongDecoder
 from attnlayers.scoring import (
     AdditiveScore,
     CosineScore,

@@ -5,6 +5,7 @@ from keras import ops
 
 from attnlayers import masking
 from attnlayers.attention import Attention
+from attnlayers.scoring import dense_last_axis
 
 _MODES = {"local-m": "local-m", "monotonic": "local-m", "local-p": "local-p", "predictive": "local-p"}
 
@@ -78,7 +79,7 @@ class LocalAttention(Attention):
         else:
             last = ops.maximum(ops.sum(ops.cast(value_mask, "float32"), axis=-1, keepdims=True) - 1.0, 0.0)
             last = last[:, :, None]  # (B, 1, 1)
-        hidden = self.position_dense(query)
+        hidden = dense_last_axis(self.position_dense, query)
         gate = ops.einsum("btu,u->bt", ops.cast(hidden, "float32"), ops.cast(self.position_v, "float32"))
         return last * ops.sigmoid(gate)[..., None]  # eq. 9
 

@@ -125,6 +125,19 @@ def _require_same_dim(query_shape, key_shape, name):
         )
 
 
+def dense_last_axis(layer, x):
+    """``layer(x)`` for a layer acting on the last axis (a ``Dense``), applied to a rank-2 view of ``x``.
+
+    Under TensorFlow a ``Dense`` on a rank > 2 input whose batch size is unknown is a ``tf.tensordot`` with
+    computed permutations, whose gradient XLA cannot compile inside a while loop (a decoder that attends at
+    every step); on a (N, D) view it is a plain matmul.
+    """
+    if len(x.shape) <= 2:
+        return layer(x)
+    y = layer(ops.reshape(x, (-1, x.shape[-1])))
+    return ops.reshape(y, tuple(ops.shape(x)[:-1]) + (y.shape[-1],))
+
+
 def _batched_dot(query, keys):
     # (B, T, D) x (B, S, D) -> (B, T, S)
     return ops.matmul(query, ops.swapaxes(keys, -1, -2))
@@ -236,7 +249,8 @@ class _PairwiseMLP(Score):
 
     def _hidden(self, query, keys):
         # act(W_q q_t + W_k k_s + b): (B, T, 1, U) + (B, 1, S, U) -> (B, T, S, U)
-        return self.activation(ops.expand_dims(self.query_dense(query), 2) + ops.expand_dims(keys, 1))
+        query = dense_last_axis(self.query_dense, query)
+        return self.activation(ops.expand_dims(query, 2) + ops.expand_dims(keys, 1))
 
     def get_config(self):
         return {
@@ -311,8 +325,8 @@ class MLPScore(_PairwiseMLP):
     def score(self, query, keys):
         hidden = self._hidden(query, keys)
         for layer in self.hidden_layers:
-            hidden = layer(hidden)
-        return ops.squeeze(self.output_dense(hidden), -1)
+            hidden = dense_last_axis(layer, hidden)
+        return ops.squeeze(dense_last_axis(self.output_dense, hidden), -1)
 
     def get_config(self):
         return {**super().get_config(), "depth": self.depth}
@@ -360,7 +374,7 @@ class LocationScore(Score):
     def score(self, query, keys):
         length = ops.shape(keys)[1]
         self._check_length(keys.shape[1])
-        return self.dense(query)[..., :length]
+        return dense_last_axis(self.dense, query)[..., :length]
 
     def get_config(self):
         return {
