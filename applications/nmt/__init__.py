@@ -1,13 +1,20 @@
-"""Neural machine translation: data, tokenizers and input pipelines (models build on these).
+"""Neural machine translation: data, tokenizers, models, evaluation and the servable translator.
 
     from attnlayers.applications import nmt
+    from attnlayers.applications.nmt import evaluate, export
 
     splits = nmt.split_pairs(nmt.load_de_en())          # German-English, test set of 1000 held out
-    tokenizers = nmt.build_tokenizers(splits)           # SentencePiece, trained on splits.train only
+    tokenizers = nmt.build_tokenizers(splits, shared=True)  # SentencePiece, trained on splits.train only
     train = nmt.make_dataset(splits.train, tokenizers)  # ((source_ids, target_in_ids), target_out_ids)
+    model = nmt.build_model("bahdanau", tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size)
+    model.compile_for_translation()
+    model.fit(train, epochs=10)
+    bleu, _ = evaluate.evaluate_bleu(model, tokenizers, splits.test, strategy=BeamSearch(4))
+    export.export_translator("translator", model, tokenizers, strategy=BeamSearch(4))
 
 `nmt.synthetic_pairs()` is a made-up language pair with known word alignments for quick runs and tests.
-See `data` and `tokenizer` for the details.
+Modules: `data`, `tokenizer` (data), `model` (the five models, loss, metric, schedule), `training` (time
+budget, best weights), `evaluate` (translate, BLEU, alignments, heatmaps), `export` (translate SavedModel).
 """
 
 from .data import (
@@ -26,6 +33,16 @@ from .data import (
     synthetic_dictionary,
     synthetic_pairs,
 )
+from .model import (
+    MODELS,
+    MaskedAccuracy,
+    MaskedCrossEntropy,
+    RNNSeq2Seq,
+    TransformerSchedule,
+    TransformerTranslator,
+    Translator,
+    build_model,
+)
 from .tokenizer import (
     END_ID,
     PAD_ID,
@@ -39,6 +56,14 @@ from .tokenizer import (
 )
 
 __all__ = [
+    "MODELS",
+    "MaskedAccuracy",
+    "MaskedCrossEntropy",
+    "RNNSeq2Seq",
+    "TransformerSchedule",
+    "TransformerTranslator",
+    "Translator",
+    "build_model",
     "DE_EN_PATH",
     "END_ID",
     "PAD_ID",

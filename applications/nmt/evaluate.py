@@ -1,0 +1,207 @@
+"""Translating text with a trained model, corpus BLEU, and alignment pictures.
+
+    texts = translate(model, tokenizers, ["Ich habe keine Zeit."], strategy=BeamSearch(4))
+    bleu = corpus_bleu(model, tokenizers, splits.test, strategy="greedy")    # sacrebleu, 0-100
+    plot_alignment(model, tokenizers, source, reference, "alignment.png")     # Bahdanau et al. Fig. 3
+
+TensorFlow only (tf.data / tf.function / tokenizers); the models themselves are backend-agnostic.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from attnlayers.decoding import BeamSearch, get_strategy
+
+from .tokenizer import END_ID, PAD_ID, START_ID
+
+
+def encode_sources(tokenizer, texts, max_length):
+    """Tokenizes ``texts`` into (B, max_length) int32 ids, truncating longer ones.
+
+    Returns ``(ids, truncated)``: ``truncated`` (B,) bool marks the inputs that lost tokens.
+    """
+    if isinstance(texts, str):
+        raise ValueError("`texts` must be a list of strings, not one string; wrap it: [text].")
+    texts = [t if isinstance(t, str) else None for t in texts]
+    if any(t is None for t in texts):
+        raise ValueError("`texts` must contain only strings.")
+    ids = tokenizer.tokenize(tf.constant(texts, tf.string)) if texts else tf.ragged.constant([[]], tf.int32)[:0]
+    lengths = ids.row_lengths().numpy()
+    truncated = lengths > max_length
+    ids = ids[:, :max_length].to_tensor(default_value=PAD_ID, shape=[len(texts), max_length])
+    return tf.cast(ids, tf.int32), truncated
+
+
+def _decode_function(model, max_length, strategy, jit_compile):
+    key = ("_nmt_decode", max_length, repr(strategy), jit_compile)
+    cache = model.__dict__.setdefault("_nmt_decode_functions", {})
+    if key not in cache:
+        cache[key] = tf.function(lambda ids: model.generate(ids, max_length, strategy), jit_compile=jit_compile,
+                                 reduce_retracing=True)
+    return cache[key]
+
+
+def strip_special(token_ids):
+    """One decoded row -> its target ids, without [START], stopping at [END] / padding."""
+    out = []
+    for t in token_ids:
+        t = int(t)
+        if t == START_ID and not out:
+            continue
+        if t in (END_ID, PAD_ID):
+            break
+        out.append(t)
+    return out
+
+
+def translate_ids(model, source_ids, *, max_length=64, strategy="greedy", batch_size=100, jit_compile=False):
+    """Decodes (N, S) source ids in batches -> list of N lists of target ids (the best beam for beam search)."""
+    strategy = get_strategy(strategy)
+    decode = _decode_function(model, max_length, strategy, jit_compile)
+    results = []
+    for start in range(0, len(source_ids), batch_size):
+        tokens = decode(source_ids[start : start + batch_size]).tokens.numpy()
+        if isinstance(strategy, BeamSearch):
+            tokens = tokens[:, 0]
+        results.extend(strip_special(row) for row in tokens)
+    return results
+
+
+def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, strategy="greedy",
+              batch_size=100, warn_truncation=True, jit_compile=False):
+    """Translates a list of strings.
+
+    Empty strings translate to ""; characters the tokenizer never saw become [UNK] pieces; sources longer
+    than ``max_source_length`` tokens are truncated with a warning naming them (``warn_truncation``).
+
+    Returns:
+        A list of strings, one per input.
+    """
+    ids, truncated = encode_sources(tokenizers.source, texts, max_source_length)
+    if warn_truncation and truncated.any():
+        which = np.flatnonzero(truncated).tolist()
+        warnings.warn(
+            f"{len(which)} input(s) longer than max_source_length={max_source_length} tokens were truncated "
+            f"(indices {which[:10]}{'...' if len(which) > 10 else ''}).",
+            stacklevel=2,
+        )
+    rows = translate_ids(model, ids, max_length=max_length, strategy=strategy, batch_size=batch_size,
+                         jit_compile=jit_compile)
+    empty = [not t.strip() for t in texts]
+    outputs = []
+    for row, is_empty in zip(rows, empty):
+        outputs.append("" if is_empty or not row else tokenizers.target.detokenize(tf.constant([row], tf.int32))[0]
+                       .numpy().decode("utf-8"))
+    return outputs
+
+
+def corpus_bleu(hypotheses, references):
+    """Corpus BLEU (sacrebleu, 13a tokenization, 0-100) of detokenized hypotheses against one reference each."""
+    import sacrebleu
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references.")
+    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score
+
+
+def evaluate_bleu(model, tokenizers, pairs, *, strategy="greedy", max_source_length=64, max_length=64,
+                  batch_size=100):
+    """Translates ``pairs.source`` and scores against ``pairs.target``: ``(bleu, hypotheses)``."""
+    hypotheses = translate(model, tokenizers, list(pairs.source), max_source_length=max_source_length,
+                           max_length=max_length, strategy=strategy, batch_size=batch_size, warn_truncation=False)
+    return corpus_bleu(hypotheses, list(pairs.target)), hypotheses
+
+
+def alignment(model, tokenizers, source, target, *, max_length=64):
+    """The attention of ``model`` when it reads ``source`` and is fed ``target`` (teacher forcing).
+
+    Returns ``(weights, source_pieces, target_pieces)``: weights (T, S) for the RNN models; for the
+    Transformer a list over decoder layers of (heads, T, S). Rows are the target pieces followed by [END],
+    columns the source pieces.
+    """
+    source_ids = tokenizers.source.tokenize(tf.constant([source]))[:, :max_length].to_tensor()
+    target_ids = tokenizers.target.tokenize(tf.constant([target]))[:, : max_length - 1].to_tensor()
+    target_in = tf.concat([tf.fill([1, 1], START_ID), tf.cast(target_ids, tf.int32)], axis=1)
+    maps = model.attention_maps(tf.cast(source_ids, tf.int32), target_in)
+    if maps is None:
+        raise ValueError(f"model {model.name!r} has no attention to plot.")
+    source_pieces = [p.decode() for p in tokenizers.source.id_to_token(source_ids[0]).numpy()]
+    target_pieces = [p.decode() for p in tokenizers.target.id_to_token(target_ids[0]).numpy()]
+    source_pieces, target_pieces = _readable(source_pieces), _readable(target_pieces) + ["[END]"]
+    if isinstance(maps, list):
+        return [np.asarray(m)[0] for m in maps], source_pieces, target_pieces
+    return np.asarray(maps)[0], source_pieces, target_pieces
+
+
+def _readable(pieces, marker="\u2581"):
+    """Drops SentencePiece's word-start marker when every piece is a whole word (word-level vocabularies)."""
+    return [p[1:] for p in pieces] if all(p.startswith(marker) for p in pieces) else pieces
+
+
+def plot_alignment(model, tokenizers, source, target, path, *, max_length=64):
+    """Saves the alignment heatmap(s) of one sentence pair as PNG: one map for the RNN models (Bahdanau et
+    al. 2015, Fig. 3), one figure per decoder layer with a panel per head for the Transformer (``path`` gets a
+    ``_layer{i}`` suffix per layer). Returns the list of written paths."""
+    from attnlayers import visualize
+
+    weights, source_pieces, target_pieces = alignment(model, tokenizers, source, target, max_length=max_length)
+    if not isinstance(weights, list):
+        _close(visualize.plot_attention(weights, source_pieces, target_pieces, path=path,
+                                        title=f"{model.name}: alignment"))
+        return [str(path)]
+    paths = []
+    stem, dot, suffix = str(path).rpartition(".")
+    for i, layer in enumerate(weights):
+        out = f"{stem}_layer{i + 1}.{suffix}" if dot else f"{path}_layer{i + 1}"
+        _close(visualize.plot_attention_heads(layer, source_pieces, target_pieces, path=out,
+                                              title=f"{model.name}: decoder layer {i + 1} cross-attention"))
+        paths.append(out)
+    return paths
+
+
+def _close(figure):
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
+def alignment_accuracy(model, tokenizers, pairs, *, batch_size=200):
+    """Share of target words whose strongest attention weight lands on their gold source word.
+
+    For a task with known word alignments (``synthetic_pairs``: ``pairs.alignments[k][j]`` is the source word
+    that target word j translates) and word-level tokenizers (``build_tokenizers(..., model_type="word")``,
+    one piece per word). The weights are the model's under teacher forcing: row j is the attention used to
+    predict target word j.
+
+    Returns:
+        A float in [0, 1] for the RNN models; for the Transformer, a list with one value per decoder layer
+        (the heads' weights averaged).
+    """
+    if pairs.alignments is None:
+        raise ValueError("alignment_accuracy needs pairs with gold `alignments` (e.g. synthetic_pairs()).")
+    correct, total, per_layer = 0.0, 0, False
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs.select(range(start, min(start + batch_size, len(pairs))))
+        source = tokenizers.source.tokenize(tf.constant(list(chunk.source)))
+        target = tokenizers.target.tokenize(tf.constant(list(chunk.target)))
+        words = [len(s.split()) for s in chunk.source], [len(t.split()) for t in chunk.target]
+        if source.row_lengths().numpy().tolist() != words[0] or target.row_lengths().numpy().tolist() != words[1]:
+            raise ValueError("alignment_accuracy needs one token per word: use tokenizers built with "
+                             "model_type='word'.")
+        target_in = tf.concat([tf.fill([len(chunk), 1], START_ID), tf.cast(target.to_tensor(), tf.int32)], axis=1)
+        maps = model.attention_maps(tf.cast(source.to_tensor(), tf.int32), target_in)
+        per_layer = isinstance(maps, list)
+        # (layers, B, T, S): the RNN's single map, or each Transformer layer's head average.
+        layers = np.stack([np.asarray(m).mean(axis=1) for m in maps] if per_layer else [np.asarray(maps)])
+        hits = np.zeros(len(layers))
+        for k, gold in enumerate(chunk.alignments):
+            predicted = layers[:, k, : len(gold), : words[0][k]].argmax(axis=-1)  # (layers, T_k)
+            hits += (predicted == np.asarray(gold)[None]).sum(axis=1)
+            total += len(gold)
+        correct = correct + hits
+    accuracy = correct / max(total, 1)
+    return accuracy.tolist() if per_layer else float(accuracy[0])

@@ -1,0 +1,458 @@
+"""Translation models: RNN seq2seq (with and without attention) and the Transformer translator.
+
+Every model is a ``keras.Model`` with the same contract, so training, decoding, evaluation and export treat
+them alike:
+
+- ``model((source_ids, target_in_ids))`` -> (B, T, V) logits, teacher forced (``target_in`` = [START] + y);
+  train with ``model.fit`` on ``make_dataset`` batches and :class:`MaskedCrossEntropy`.
+- ``model.initial_cache(source_ids)`` -> a nest of tensors (batch on axis 0): the encoded source and the
+  decoder's starting state; ``model.next(tokens, cache, index)`` -> (logits (B, V), cache): one decoder step
+  in the ``attnlayers.decoding.generate`` convention.
+- ``model.generate(source_ids, max_length, strategy)`` -> ``DecodeResult``: greedy / beam / sampling.
+- ``model.attention_maps(source_ids, target_in_ids)``: the alignment weights, (B, T, S) for the RNN models
+  and a per-layer list of (B, heads, T, S) cross-attention maps for the Transformer.
+
+Source and target ids use the reserved ids of ``tokenizer``: [PAD]=0, [START]=2, [END]=3.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from attnlayers import (
+    AdditiveScore,
+    Attention,
+    BahdanauDecoder,
+    LocalAttention,
+    LuongDecoder,
+    TokenAndPositionEmbedding,
+    TransformerDecoder,
+    TransformerEncoder,
+)
+from attnlayers.decoding import generate as _generate
+
+from .tokenizer import END_ID, PAD_ID, START_ID
+
+MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")
+
+
+# --------------------------------------------------------------------------------------------------
+# Loss, metric, schedule
+
+
+@keras.saving.register_keras_serializable(package="attnlayers.nmt")
+class MaskedCrossEntropy(keras.losses.Loss):
+    """Token cross-entropy over non-padding targets, with label smoothing (Szegedy et al. 2016).
+
+    ``q = (1 - eps) * onehot(y) + eps / V``;  loss = sum over real tokens of ``-sum_v q_v log p_v`` divided by
+    the number of real tokens in the batch (padding, id ``pad_id``, contributes nothing).
+
+    Args:
+        label_smoothing: eps in [0, 1).
+        pad_id: target id that is ignored.
+
+    Call: ``loss(y_true (B, T) int, y_pred (B, T, V) logits)`` -> scalar.
+    """
+
+    def __init__(self, label_smoothing=0.0, pad_id=PAD_ID, name="masked_cross_entropy", **kwargs):
+        kwargs.pop("reduction", None)
+        super().__init__(name=name, reduction="sum", **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1); received {label_smoothing!r}.")
+        self.label_smoothing = float(label_smoothing)
+        self.pad_id = int(pad_id)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        log_p = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
+        nll = -ops.squeeze(ops.take_along_axis(log_p, y_true[..., None], axis=-1), -1)  # (B, T)
+        eps = self.label_smoothing
+        if eps:
+            nll = (1.0 - eps) * nll - eps * ops.mean(log_p, axis=-1)
+        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        return nll * weights / ops.maximum(ops.sum(weights), 1.0)
+
+    def get_config(self):
+        return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="attnlayers.nmt")
+class MaskedAccuracy(keras.metrics.Mean):
+    """Share of non-padding target tokens whose argmax prediction is right (padding is not counted)."""
+
+    def __init__(self, pad_id=PAD_ID, name="accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        correct = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
+        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        return super().update_state(correct, sample_weight=weights)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="attnlayers.nmt")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The warm-up schedule of Vaswani et al. (2017), eq. 3:
+    ``lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` (step counted from 1).
+
+    Linear warm-up for ``warmup_steps``, then decay with the inverse square root of the step; the peak, at
+    step = warmup_steps, is ``scale * (d_model * warmup_steps)^-0.5``.
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        if d_model <= 0 or warmup_steps <= 0:
+            raise ValueError(f"need d_model > 0 and warmup_steps > 0; received {d_model}, {warmup_steps}.")
+        self.d_model = int(d_model)
+        self.warmup_steps = int(warmup_steps)
+        self.scale = float(scale)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        return self.scale * self.d_model**-0.5 * ops.minimum(ops.rsqrt(step), step * self.warmup_steps**-1.5)
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+# --------------------------------------------------------------------------------------------------
+# The shared contract
+
+
+class Translator(keras.Model):
+    """Base of the translation models: teacher-forced ``call`` + ``initial_cache`` / ``next`` for decoding."""
+
+    def initial_cache(self, source_ids):
+        raise NotImplementedError
+
+    def next(self, tokens, cache, index):
+        raise NotImplementedError
+
+    def generate(self, source_ids, max_length=64, strategy="greedy", seed=None):
+        """Translates token ids: (B, S) source -> ``DecodeResult`` with (B, max_length) target ids that start
+        with [START] and end with [END] then padding (beam search: (B, t, max_length))."""
+        source_ids = ops.convert_to_tensor(source_ids, "int32")
+        start = ops.full((ops.shape(source_ids)[0],), START_ID, "int32")
+        return _generate(
+            self.next, start, max_length, strategy, cache=self.initial_cache(source_ids), index=1,
+            stop_token_ids=[END_ID], pad_token_id=PAD_ID, seed=seed,
+        )
+
+    def compile_for_translation(self, learning_rate=1e-3, label_smoothing=0.0, clipnorm=1.0, **kwargs):
+        """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy`."""
+        optimizer = keras.optimizers.Adam(learning_rate, clipnorm=clipnorm)
+        self.compile(optimizer=optimizer, loss=MaskedCrossEntropy(label_smoothing), metrics=[MaskedAccuracy()],
+                     **kwargs)
+
+
+def _check_ids(x, name):
+    if len(x.shape) != 2:
+        raise ValueError(f"`{name}` must be int token ids of shape (batch, length); received {tuple(x.shape)}.")
+    return ops.cast(x, "int32")
+
+
+def _split_inputs(inputs):
+    if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+        raise ValueError(
+            "Translation models are called on `(source_ids, target_in_ids)`, two (batch, length) int tensors; "
+            f"received {type(inputs).__name__}."
+        )
+    return _check_ids(inputs[0], "source_ids"), _check_ids(inputs[1], "target_in_ids")
+
+
+# --------------------------------------------------------------------------------------------------
+# RNN seq2seq
+
+
+@keras.saving.register_keras_serializable(package="attnlayers.nmt")
+class RNNSeq2Seq(Translator):
+    """Bidirectional RNN encoder + RNN decoder, without or with attention.
+
+    - ``attention=None``: Cho et al. (2014) / Sutskever et al. (2014): the encoder's final states, through a
+      tanh bridge, are the decoder's initial state *and* a fixed context c fed at every step,
+      ``s_i = f(s_{i-1}, [y_{i-1}; c])``: the whole source is one vector.
+    - ``"bahdanau"``: :class:`~attnlayers.BahdanauDecoder` with the additive score (Bahdanau et al. 2015).
+    - ``"luong"``: :class:`~attnlayers.LuongDecoder`, global attention with the ``score`` (default "general")
+      and input feeding (Luong et al. 2015).
+    - ``"local"``: the Luong decoder with local-p attention (predictive window of half-width ``window``).
+
+    Args:
+        source_vocabulary_size, target_vocabulary_size: V_s, V_t.
+        embedding_dim: E. units: the decoder's state size; the encoder has units // 2 per direction, so the
+            annotations h_j = [h_fw; h_bw] are (B, S, units).
+        attention: None, "bahdanau", "luong" or "local". score: Luong's score ("general", "dot", ...).
+        window: local-p half-width D. cell: "gru" or "lstm". dropout: on embeddings and decoder outputs.
+
+    Call: ``model((source_ids (B, S), target_in_ids (B, T)))`` -> logits (B, T, V_t).
+    """
+
+    def __init__(self, source_vocabulary_size, target_vocabulary_size, embedding_dim=256, units=256,
+                 attention="bahdanau", score="general", window=4, cell="gru", dropout=0.2, **kwargs):
+        super().__init__(**kwargs)
+        if attention not in (None, "none", "bahdanau", "luong", "local"):
+            raise ValueError(f"`attention` must be None, 'bahdanau', 'luong' or 'local'; received {attention!r}.")
+        if cell not in ("gru", "lstm"):
+            raise ValueError(f"`cell` must be 'gru' or 'lstm'; received {cell!r}.")
+        if units % 2:
+            raise ValueError(f"`units` must be even (units // 2 per encoder direction); received {units}.")
+        self.source_vocabulary_size, self.target_vocabulary_size = source_vocabulary_size, target_vocabulary_size
+        self.embedding_dim, self.units, self.score, self.window = embedding_dim, units, score, window
+        self.attention_type = None if attention in (None, "none") else attention
+        self.cell_type, self.dropout_rate = cell, dropout
+        rnn = keras.layers.GRU if cell == "gru" else keras.layers.LSTM
+        self.source_embedding = keras.layers.Embedding(source_vocabulary_size, embedding_dim, name="source_embedding")
+        self.target_embedding = keras.layers.Embedding(target_vocabulary_size, embedding_dim, name="target_embedding")
+        self.encoder = keras.layers.Bidirectional(
+            rnn(units // 2, return_sequences=True, return_state=True), name="encoder"
+        )
+        # s_0 = tanh(W_s [h_fw_S; h_bw_1]) (Bahdanau et al. 2015, appendix A.2.2); one bridge per state (h, c).
+        self.bridges = [keras.layers.Dense(units, activation="tanh", name=f"bridge_{i}")
+                        for i in range(1 if cell == "gru" else 2)]
+        self.dropout = keras.layers.Dropout(dropout)
+        if self.attention_type is None:
+            self.decoder_cell = (keras.layers.GRUCell if cell == "gru" else keras.layers.LSTMCell)(units, name="cell")
+            self.plain_decoder = keras.layers.RNN(self.decoder_cell, return_sequences=True, name="decoder")
+            self.decoder = None
+        elif self.attention_type == "bahdanau":
+            self.decoder = BahdanauDecoder(units, Attention(score=AdditiveScore(units), name="attention"),
+                                           cell=cell, name="decoder")
+        else:
+            attention_layer = (Attention(score=score, name="attention") if self.attention_type == "luong" else
+                               LocalAttention(window, mode="local-p", score=score, name="attention"))
+            self.decoder = LuongDecoder(units, attention_layer, cell=cell, input_feeding=True, name="decoder")
+        self.output_layer = keras.layers.Dense(target_vocabulary_size, name="logits")
+
+    # The encoder: annotations (B, S, units), their mask and the bridged initial state.
+    def encode(self, source_ids, training=None):
+        source_ids = _check_ids(ops.convert_to_tensor(source_ids), "source_ids")
+        mask = ops.not_equal(source_ids, PAD_ID)
+        x = self.dropout(self.source_embedding(source_ids), training=training)
+        memory, *final = self.encoder(x, mask=mask, training=training)
+        if self.cell_type == "gru":
+            summaries = [ops.concatenate(final, axis=-1)]  # [h_fw; h_bw]
+        else:  # final = h_fw, c_fw, h_bw, c_bw
+            summaries = [ops.concatenate([final[0], final[2]], -1), ops.concatenate([final[1], final[3]], -1)]
+        state = [bridge(s) for bridge, s in zip(self.bridges, summaries)]
+        return memory, mask, state
+
+    def initial_cache(self, source_ids):
+        memory, mask, state = self.encode(source_ids)
+        if self.decoder is None:
+            # c: the fixed summary of the source, fed at every step; the RNN states start from it.
+            return {"states": state, "context": state[0]}
+        if not self.decoder.built:  # decoding before any teacher-forced call
+            self.decoder.build((None, None, self.embedding_dim), tuple(memory.shape))
+        return self.decoder.initial_cache(memory, mask, state)
+
+    def _plain_step(self, y, cache, training=None):
+        x = ops.concatenate([y, ops.cast(cache["context"], y.dtype)], axis=-1)
+        output, states = self.decoder_cell(x, cache["states"], training=training)
+        states = keras.tree.flatten(states)
+        return output, {"states": states, "context": cache["context"]}
+
+    def next(self, tokens, cache, index):
+        y = self.target_embedding(ops.take(tokens, index - 1, axis=1))
+        if self.decoder is None:
+            output, cache = self._plain_step(y, cache)
+        else:
+            output, cache, _ = self.decoder.step(y, cache, index - 1)
+        return self.output_layer(output), cache
+
+    def call(self, inputs, training=None):
+        source_ids, target_in = _split_inputs(inputs)
+        memory, mask, state = self.encode(source_ids, training=training)
+        y = self.dropout(self.target_embedding(target_in), training=training)
+        if self.decoder is None:
+            context = ops.repeat(ops.expand_dims(state[0], 1), ops.shape(y)[1], axis=1)
+            outputs = self.plain_decoder(ops.concatenate([y, context], -1), initial_state=state, training=training)
+        else:
+            outputs = self.decoder(y, memory, memory_mask=mask, initial_state=state, training=training)
+        return self.output_layer(self.dropout(outputs, training=training))
+
+    def attention_maps(self, source_ids, target_in_ids):
+        """(B, T, S) alignment weights under teacher forcing (None for the model without attention)."""
+        if self.decoder is None:
+            return None
+        memory, mask, state = self.encode(source_ids)
+        y = self.target_embedding(_check_ids(ops.convert_to_tensor(target_in_ids), "target_in_ids"))
+        _, weights = self.decoder(y, memory, memory_mask=mask, initial_state=state, return_attention_scores=True)
+        return weights
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "source_vocabulary_size": self.source_vocabulary_size,
+            "target_vocabulary_size": self.target_vocabulary_size,
+            "embedding_dim": self.embedding_dim, "units": self.units, "attention": self.attention_type,
+            "score": self.score, "window": self.window, "cell": self.cell_type, "dropout": self.dropout_rate,
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Transformer
+
+
+@keras.saving.register_keras_serializable(package="attnlayers.nmt")
+class TransformerTranslator(Translator):
+    """The Transformer of Vaswani et al. (2017) for translation, from attnlayers' blocks.
+
+    Token embeddings scaled by sqrt(d_model) + sinusoidal positions (section 3.5), dropout on their sum,
+    a post-LN encoder and decoder stack, and either a separate output projection or, with
+    ``shared_embeddings=True`` (one joint vocabulary), one embedding matrix shared by the source, the target
+    and the pre-softmax projection (section 3.4, Press & Wolf 2017).
+
+    Args:
+        source_vocabulary_size, target_vocabulary_size: V_s, V_t (equal when ``shared_embeddings``).
+        num_layers, d_model, num_heads, intermediate_dim (d_ff), dropout: as in the paper (base model: 6,
+            512, 8, 2048, 0.1).
+        max_length: the longest source / target sequence (positions, cache size).
+        shared_embeddings: tie source, target and output embeddings.
+        normalize_first: pre-LN blocks instead of the paper's post-LN.
+
+    Call: ``model((source_ids (B, S), target_in_ids (B, T)))`` -> logits (B, T, V_t).
+    """
+
+    def __init__(self, source_vocabulary_size, target_vocabulary_size, num_layers=3, d_model=256, num_heads=4,
+                 intermediate_dim=1024, dropout=0.1, max_length=64, shared_embeddings=False,
+                 normalize_first=False, **kwargs):
+        super().__init__(**kwargs)
+        if shared_embeddings and source_vocabulary_size != target_vocabulary_size:
+            raise ValueError(
+                "`shared_embeddings=True` needs one joint vocabulary; received source_vocabulary_size="
+                f"{source_vocabulary_size} != target_vocabulary_size={target_vocabulary_size}."
+            )
+        if d_model % num_heads:
+            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+        self.source_vocabulary_size, self.target_vocabulary_size = source_vocabulary_size, target_vocabulary_size
+        self.num_layers, self.d_model, self.num_heads = num_layers, d_model, num_heads
+        self.intermediate_dim, self.dropout_rate, self.max_length = intermediate_dim, dropout, max_length
+        self.shared_embeddings, self.normalize_first = shared_embeddings, normalize_first
+
+        def embedding(vocabulary_size, name):
+            return TokenAndPositionEmbedding(
+                vocabulary_size, max_length, d_model, position="sinusoidal", scale_embeddings=True,
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=d_model**-0.5), name=name,
+            )
+
+        self.target_embedding = embedding(target_vocabulary_size, "target_embedding")
+        self.source_embedding = (self.target_embedding if shared_embeddings
+                                 else embedding(source_vocabulary_size, "source_embedding"))
+        block = dict(num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
+                     normalize_first=normalize_first)
+        self.encoder = TransformerEncoder(num_layers, **block, name="encoder")
+        self.decoder = TransformerDecoder(num_layers, **block, name="decoder")
+        self.embedding_dropout = keras.layers.Dropout(dropout)
+        self.output_layer = None if shared_embeddings else keras.layers.Dense(target_vocabulary_size, name="logits")
+
+    def _logits(self, h):
+        if self.output_layer is None:
+            return self.target_embedding(h, reverse=True)
+        return self.output_layer(h)
+
+    def _check_length(self, ids, name):
+        if ids.shape[1] is not None and ids.shape[1] > self.max_length:
+            raise ValueError(
+                f"`{name}` has {ids.shape[1]} tokens, more than max_length={self.max_length} (the size of the "
+                "position table); truncate it or build the model with a larger max_length."
+            )
+
+    def encode(self, source_ids, training=None):
+        source_ids = _check_ids(ops.convert_to_tensor(source_ids), "source_ids")
+        self._check_length(source_ids, "source_ids")
+        mask = ops.not_equal(source_ids, PAD_ID)
+        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        return self.encoder(x, padding_mask=mask, training=training), mask
+
+    def call(self, inputs, training=None):
+        source_ids, target_in = _split_inputs(inputs)
+        self._check_length(target_in, "target_in_ids")
+        memory, mask = self.encode(source_ids, training=training)
+        y = self.embedding_dropout(self.target_embedding(target_in), training=training)
+        h = self.decoder(y, memory, decoder_padding_mask=ops.not_equal(target_in, PAD_ID),
+                         encoder_padding_mask=mask, training=training)
+        return self._logits(h)
+
+    def _cache_shape(self, batch, length):
+        return (batch, self.num_layers, 2, length, self.num_heads, self.d_model // self.num_heads)
+
+    def initial_cache(self, source_ids, max_length=None):
+        """{"memory_mask" (B, S), "self" (B, L, 2, max_length, N, H) zeros, "cross" (B, L, 2, S, N, H)}:
+        the encoder's keys and values for every decoder layer, projected once per source."""
+        memory, mask = self.encode(source_ids)
+        batch, source_length = ops.shape(memory)[0], ops.shape(memory)[1]
+        start = self.target_embedding(ops.full((batch, 1), START_ID, "int32"))
+        out = self.decoder(
+            start, memory, encoder_padding_mask=mask,
+            self_attention_cache=ops.zeros(self._cache_shape(batch, max_length or self.max_length), memory.dtype),
+            self_attention_cache_update_index=0,
+            cross_attention_cache=ops.zeros(self._cache_shape(batch, source_length), memory.dtype),
+            cross_attention_cache_update_index=0,
+        )
+        # The self-attention cache now holds [START] at slot 0, which the first step rewrites identically.
+        return {"memory_mask": mask, "self": out["self_attention_cache"], "cross": out["cross_attention_cache"]}
+
+    def next(self, tokens, cache, index):
+        token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1)
+        y = self.target_embedding(token, start_index=index - 1)
+        out = self.decoder(
+            y, None, encoder_padding_mask=cache["memory_mask"],
+            self_attention_cache=cache["self"], self_attention_cache_update_index=index - 1,
+            cross_attention_cache=cache["cross"], cross_attention_cache_update_index=None,
+        )
+        logits = self._logits(out["sequence_output"])[:, 0]
+        return logits, {"memory_mask": cache["memory_mask"], "self": out["self_attention_cache"],
+                        "cross": out["cross_attention_cache"]}
+
+    def generate(self, source_ids, max_length=None, strategy="greedy", seed=None):
+        max_length = max_length or self.max_length
+        if max_length > self.max_length:
+            raise ValueError(f"`max_length` ({max_length}) exceeds the model's max_length={self.max_length}.")
+        source_ids = ops.convert_to_tensor(source_ids, "int32")
+        start = ops.full((ops.shape(source_ids)[0],), START_ID, "int32")
+        return _generate(
+            self.next, start, max_length, strategy, cache=self.initial_cache(source_ids, max_length), index=1,
+            stop_token_ids=[END_ID], pad_token_id=PAD_ID, seed=seed,
+        )
+
+    def attention_maps(self, source_ids, target_in_ids):
+        """Per decoder layer, the cross-attention weights (B, heads, T, S) under teacher forcing."""
+        target_in = _check_ids(ops.convert_to_tensor(target_in_ids), "target_in_ids")
+        memory, mask = self.encode(source_ids)
+        out = self.decoder(self.target_embedding(target_in), memory,
+                           decoder_padding_mask=ops.not_equal(target_in, PAD_ID), encoder_padding_mask=mask,
+                           return_attention_scores=True)
+        return [scores["cross_attention"] for scores in out["attention_scores"]]
+
+    def compile_for_translation(self, learning_rate=None, label_smoothing=0.1, warmup_steps=4000, clipnorm=None,
+                                **kwargs):
+        """Adam(beta_2=0.98, eps=1e-9) on :class:`TransformerSchedule` (section 5.3) unless a learning rate is
+        given, label smoothing 0.1 (section 5.4)."""
+        if learning_rate is None:
+            learning_rate = TransformerSchedule(self.d_model, warmup_steps)
+        optimizer = keras.optimizers.Adam(learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=clipnorm)
+        self.compile(optimizer=optimizer, loss=MaskedCrossEntropy(label_smoothing), metrics=[MaskedAccuracy()],
+                     **kwargs)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "source_vocabulary_size": self.source_vocabulary_size,
+            "target_vocabulary_size": self.target_vocabulary_size,
+            "num_layers": self.num_layers, "d_model": self.d_model, "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim, "dropout": self.dropout_rate, "max_length": self.max_length,
+            "shared_embeddings": self.shared_embeddings, "normalize_first": self.normalize_first,
+        }
+
+
+def build_model(name, source_vocabulary_size, target_vocabulary_size, **kwargs):
+    """One of :data:`MODELS`: "seq2seq" (no attention), "bahdanau", "luong", "local" or "transformer"."""
+    if name == "transformer":
+        return TransformerTranslator(source_vocabulary_size, target_vocabulary_size, name=name, **kwargs)
+    if name in MODELS:
+        attention = None if name == "seq2seq" else name
+        return RNNSeq2Seq(source_vocabulary_size, target_vocabulary_size, attention=attention, name=name, **kwargs)
+    raise ValueError(f"Unknown model {name!r}; expected one of {MODELS}.")

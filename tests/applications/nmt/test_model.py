@@ -1,0 +1,271 @@
+"""NMT models: loss / metric / schedule against their equations, decoding agrees with teacher forcing for all
+five models, tiny models learn the synthetic task, configs round-trip, bad input is refused clearly."""
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from attnlayers import BeamSearch
+from attnlayers.applications import nmt
+from attnlayers.applications.nmt import evaluate
+from attnlayers.applications.nmt import model as nmt_model
+from attnlayers.applications.nmt.model import (
+    MODELS,
+    MaskedAccuracy,
+    MaskedCrossEntropy,
+    RNNSeq2Seq,
+    TransformerSchedule,
+    TransformerTranslator,
+    build_model,
+)
+
+LENGTH = 16
+
+
+@pytest.fixture(scope="module")
+def task():
+    """1600 synthetic pairs (swap reordering, known alignments), word-level vocabularies, batches."""
+    pairs = nmt.synthetic_pairs(1600, seed=5, max_length=8)
+    splits = nmt.split_pairs(pairs, num_test=50, num_validation=50, seed=0)
+    tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=200, target_vocabulary_size=200,
+                                      model_type="word")
+    train = nmt.make_dataset(splits.train, tokenizers, batch_size=32, max_source_length=LENGTH,
+                             max_target_length=LENGTH, seed=0)
+    return splits, tokenizers, train
+
+
+def tiny(name, tokenizers, **kwargs):
+    source, target = tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size
+    if name == "transformer":
+        kwargs = dict(num_layers=1, d_model=32, num_heads=2, intermediate_dim=64, dropout=0.0, max_length=LENGTH,
+                      **kwargs)
+    else:
+        kwargs = dict(embedding_dim=32, units=48, dropout=0.0, **kwargs)
+    return build_model(name, source, target, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loss, metric, schedule
+
+
+def test_masked_cross_entropy_is_label_smoothed_mean_over_real_tokens():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 4, 7)).astype("float32")
+    y = np.array([[4, 5, 3, 0], [6, 3, 0, 0]])
+    eps = 0.1
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    q = (1 - eps) * np.eye(7)[y] + eps / 7  # smoothed targets
+    per_token = -(q * log_p).sum(-1)
+    expected = per_token[y != 0].mean()
+    loss = MaskedCrossEntropy(label_smoothing=eps)(y, logits)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+    # Padding positions' logits do not matter.
+    changed = logits.copy()
+    changed[y == 0] += 100.0
+    np.testing.assert_allclose(float(MaskedCrossEntropy(eps)(y, changed)), expected, rtol=1e-5)
+    # Without smoothing: plain masked negative log-likelihood.
+    nll = -np.take_along_axis(log_p, y[..., None], -1)[..., 0][y != 0].mean()
+    np.testing.assert_allclose(float(MaskedCrossEntropy()(y, logits)), nll, rtol=1e-5)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        MaskedCrossEntropy(label_smoothing=1.0)
+
+
+def test_masked_accuracy_counts_only_real_tokens():
+    y = np.array([[4, 5, 0, 0]])
+    logits = np.zeros((1, 4, 6), "float32")
+    logits[0, 0, 4] = logits[0, 1, 1] = 1.0  # first right, second wrong, padding predicted as anything
+    metric = MaskedAccuracy()
+    metric.update_state(y, logits)
+    assert float(metric.result()) == pytest.approx(0.5)
+
+
+def test_transformer_schedule_is_equation_3():
+    schedule = TransformerSchedule(512, warmup_steps=4000)
+    for step in (1, 100, 4000, 16000):
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)  # optimizer iterations count from 0
+    peak = float(schedule(3999))
+    assert peak == pytest.approx((512 * 4000) ** -0.5, rel=1e-5)
+    assert float(schedule(1000)) < peak and float(schedule(8000)) < peak
+    assert TransformerSchedule.from_config(schedule.get_config()).get_config() == schedule.get_config()
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoding agrees with the teacher-forced model
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_decoding_steps_agree_with_teacher_forcing(task, name):
+    """Greedy decoding through initial_cache / next, fed back as target_in, is what call() predicts at every
+    position: the step function and the teacher-forced model are the same function (caches included)."""
+    splits, tokenizers, _ = task
+    keras.utils.set_random_seed(1)
+    model = tiny(name, tokenizers)
+    source, _ = evaluate.encode_sources(tokenizers.source, list(splits.test.source[:6]), LENGTH)
+    result = model.generate(source, LENGTH, "greedy")
+    tokens = np.asarray(result.tokens)
+    assert tokens.shape == (6, LENGTH) and (tokens[:, 0] == nmt.START_ID).all()
+    logits = np.asarray(model((source, tokens[:, :-1])))
+    predicted = logits.argmax(-1)
+    for row, length in zip(range(6), np.asarray(result.lengths)):
+        np.testing.assert_array_equal(predicted[row, : length - 1], tokens[row, 1:length])
+    # Beam search with one beam is greedy.
+    beam = model.generate(source, LENGTH, BeamSearch(1))
+    np.testing.assert_array_equal(np.asarray(beam.tokens)[:, 0], tokens)
+
+
+def test_transformer_attention_maps_are_per_layer_head_distributions(task):
+    splits, tokenizers, train = task
+    keras.utils.set_random_seed(2)
+    model = TransformerTranslator(
+        tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size, num_layers=2, d_model=32,
+        num_heads=2, intermediate_dim=64, max_length=LENGTH)
+    (source, target_in), _ = next(iter(train))
+    maps = model.attention_maps(source, target_in)
+    assert len(maps) == 2
+    for weights in maps:
+        weights = np.asarray(weights)
+        assert weights.shape == (source.shape[0], 2, target_in.shape[1], source.shape[1])
+        real_rows = (np.asarray(target_in) != 0)[:, None, :]  # padded target positions attend nowhere (0)
+        np.testing.assert_allclose(weights.sum(-1), np.broadcast_to(np.where(real_rows, 1.0, 0.0), weights.shape[:3]),
+                                   atol=1e-5)
+        padded = (np.asarray(source) == 0)[:, None, None, :]
+        assert np.all(np.where(padded, weights, 0.0) == 0.0)  # padding never attended
+
+
+# --------------------------------------------------------------------------------------------------
+# Learning
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tiny_models_learn_the_synthetic_task(task, name):
+    splits, tokenizers, train = task
+    keras.utils.set_random_seed(3)
+    model = tiny(name, tokenizers)
+    if name == "transformer":
+        model.compile_for_translation(learning_rate=5e-3)
+    else:
+        model.compile_for_translation(1e-2)
+    history = model.fit(train, epochs=3, verbose=0).history
+    # Epoch-mean loss falls steadily and token accuracy rises (chance is ~1/100).
+    assert history["loss"][2] < history["loss"][1] < history["loss"][0], history["loss"]
+    assert history["loss"][2] < 0.92 * history["loss"][0], history["loss"]
+    assert history["accuracy"][2] > 1.4 * history["accuracy"][0], history["accuracy"]
+    texts = evaluate.translate(model, tokenizers, list(splits.test.source[:4]), max_source_length=LENGTH,
+                               max_length=LENGTH, strategy=BeamSearch(2))
+    assert len(texts) == 4 and all(isinstance(t, str) and t for t in texts)
+
+
+def test_bahdanau_attention_finds_the_gold_alignment(task):
+    """The issue's bar is >= 90% on the quickstart's task after full training (examples/quickstart.py prints
+    it; measured 0.99); here a short run already puts most of the mass on the right word."""
+    splits, tokenizers, train = task
+    keras.utils.set_random_seed(4)
+    model = tiny("bahdanau", tokenizers)
+    model.compile_for_translation(1e-2)
+    before = evaluate.alignment_accuracy(model, tokenizers, splits.test)
+    model.fit(train, epochs=5, verbose=0)
+    after = evaluate.alignment_accuracy(model, tokenizers, splits.test)
+    assert after > 0.7 and after > before + 0.3, (before, after)
+
+
+# --------------------------------------------------------------------------------------------------
+# Configs, errors
+
+
+@pytest.mark.parametrize("name", ["luong", "transformer"])
+def test_config_round_trip_rebuilds_the_same_model(task, name):
+    _, tokenizers, _ = task
+    model = tiny(name, tokenizers)
+    ids = np.ones((2, 5), "int32")
+    model((ids, ids))
+    clone = type(model).from_config(model.get_config())
+    clone((ids, ids))
+    assert clone.get_config() == model.get_config()
+    assert [w.shape for w in clone.weights] == [w.shape for w in model.weights]
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(np.asarray(clone((ids, ids))), np.asarray(model((ids, ids))), atol=1e-6)
+
+
+def test_shared_embeddings_tie_source_target_and_output():
+    model = TransformerTranslator(50, 50, num_layers=1, d_model=16, num_heads=2, intermediate_dim=32,
+                                  max_length=8, shared_embeddings=True)
+    ids = np.ones((1, 4), "int32")
+    model((ids, ids))
+    tables = [w for w in model.weights if "embeddings" in w.path and w.shape == (50, 16)]
+    assert len(tables) == 1
+    assert model.output_layer is None
+
+
+def test_bad_input_is_refused_with_clear_errors(task):
+    _, tokenizers, _ = task
+    with pytest.raises(ValueError, match="Unknown model"):
+        build_model("gpt", 10, 10)
+    with pytest.raises(ValueError, match="attention"):
+        RNNSeq2Seq(10, 10, attention="multiplicative")
+    with pytest.raises(ValueError, match="cell"):
+        RNNSeq2Seq(10, 10, cell="rnn")
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        TransformerTranslator(10, 12, shared_embeddings=True)
+    with pytest.raises(ValueError, match="divisible"):
+        TransformerTranslator(10, 10, d_model=30, num_heads=4)
+    model = tiny("transformer", tokenizers)
+    with pytest.raises(ValueError, match="source_ids, target_in_ids"):
+        model(np.ones((2, 4), "int32"))
+    with pytest.raises(ValueError, match="max_length"):
+        model((np.ones((1, LENGTH + 1), "int32"), np.ones((1, 3), "int32")))
+    with pytest.raises(ValueError, match="max_length"):
+        model.generate(np.ones((1, 3), "int32"), LENGTH + 1)
+    with pytest.raises(ValueError, match="shape \\(batch, length\\)"):
+        model.initial_cache(np.ones((3,), "int32"))
+
+
+def test_translate_handles_empty_unknown_and_too_long_inputs(task):
+    splits, tokenizers, _ = task
+    keras.utils.set_random_seed(6)
+    model = tiny("luong", tokenizers)
+    long_sentence = " ".join(splits.train.source[:6])  # far more than LENGTH words
+    texts = ["", "   ", "zzzz qqq ÄÖÜ 😀", long_sentence, splits.test.source[0]]
+    with pytest.warns(UserWarning, match="truncated \\(indices \\[3\\]\\)"):
+        out = evaluate.translate(model, tokenizers, texts, max_source_length=LENGTH, max_length=LENGTH)
+    assert len(out) == 5 and out[0] == "" and out[1] == ""
+    assert all(isinstance(t, str) for t in out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about
+        assert evaluate.translate(model, tokenizers, [], max_source_length=LENGTH, max_length=LENGTH) == []
+    with pytest.raises(ValueError, match="list of strings"):
+        evaluate.translate(model, tokenizers, "one string", max_source_length=LENGTH)
+    with pytest.raises(ValueError, match="only strings"):
+        evaluate.translate(model, tokenizers, ["a", 3], max_source_length=LENGTH)
+
+
+def test_corpus_bleu_is_sacrebleu():
+    assert evaluate.corpus_bleu(["the cat sat on the mat ."], ["the cat sat on the mat ."]) == pytest.approx(100)
+    assert evaluate.corpus_bleu(["completely different words here"], ["the cat sat on the mat ."]) < 10
+    with pytest.raises(ValueError, match="hypotheses"):
+        evaluate.corpus_bleu(["a"], ["a", "b"])
+
+
+def test_alignment_plots_are_written(task, tmp_path):
+    splits, tokenizers, _ = task
+    rnn = tiny("bahdanau", tokenizers)
+    transformer = TransformerTranslator(tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size,
+                                        num_layers=2, d_model=32, num_heads=2, intermediate_dim=64, max_length=LENGTH)
+    source, target = splits.test.source[0], splits.test.target[0]
+    (path,) = evaluate.plot_alignment(rnn, tokenizers, source, target, tmp_path / "rnn.png")
+    layers = evaluate.plot_alignment(transformer, tokenizers, source, target, tmp_path / "t.png")
+    assert [p.rsplit("/", 1)[-1] for p in layers] == ["t_layer1.png", "t_layer2.png"]
+    for p in [path, *layers]:
+        assert tf.io.gfile.stat(str(p)).length > 5_000
+    weights, source_pieces, target_pieces = evaluate.alignment(rnn, tokenizers, source, target)
+    assert weights.shape == (len(target.split()) + 1, len(source.split()))
+    assert source_pieces == source.split() and target_pieces == target.split() + ["[END]"]
+    with pytest.raises(ValueError, match="no attention"):
+        evaluate.alignment(tiny("seq2seq", tokenizers), tokenizers, source, target)
+
+
+def test_module_exports_the_five_models():
+    assert MODELS == ("seq2seq", "bahdanau", "luong", "local", "transformer")
+    assert nmt_model.build_model("local", 10, 10).decoder.attention.mode == "local-p"
