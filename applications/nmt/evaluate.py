@@ -1,7 +1,7 @@
 """Translating text with a trained model, corpus BLEU, and alignment pictures.
 
     texts = translate(model, tokenizers, ["Ich habe keine Zeit."], strategy=BeamSearch(4))
-    bleu = corpus_bleu(model, tokenizers, splits.test, strategy="greedy")    # sacrebleu, 0-100
+    bleu, hypotheses = evaluate_bleu(model, tokenizers, splits.test)         # sacrebleu, 0-100
     plot_alignment(model, tokenizers, source, reference, "alignment.png")     # Bahdanau et al. Fig. 3
 
 TensorFlow only (tf.data / tf.function / tokenizers); the models themselves are backend-agnostic.
@@ -46,11 +46,11 @@ def _decode_function(model, max_length, strategy, jit_compile):
 
 
 def strip_special(token_ids):
-    """One decoded row -> its target ids, without [START], stopping at [END] / padding."""
+    """One decoded row -> its target ids, without [START] tokens, stopping at [END] / padding (as the export)."""
     out = []
     for t in token_ids:
         t = int(t)
-        if t == START_ID and not out:
+        if t == START_ID:
             continue
         if t in (END_ID, PAD_ID):
             break
