@@ -35,10 +35,7 @@ def main(argv=None):
     from attnlayers.applications import nmt
     from attnlayers.applications.nmt import evaluate
 
-    pairs = nmt.synthetic_pairs(4000, seed=args.seed, max_length=LENGTH - 2, reorder="swap")
-    splits = nmt.split_pairs(pairs, num_test=200, num_validation=200, seed=args.seed)
-    tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=200, target_vocabulary_size=200,
-                                      model_type="word")
+    splits, tokenizers = nmt.synthetic_task(4000, max_length=LENGTH, seed=args.seed)
     batches = dict(max_source_length=LENGTH, max_target_length=LENGTH, batch_size=32)
     train = nmt.make_dataset(splits.train, tokenizers, seed=args.seed, **batches)
     rows = []

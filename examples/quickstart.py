@@ -51,10 +51,7 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
 
     # Data: 4000 generated pairs, 200 held out for test and 200 for validation; one token per word.
-    pairs = nmt.synthetic_pairs(4000, seed=args.seed, max_length=MAX_LENGTH - 2, reorder="swap")
-    splits = nmt.split_pairs(pairs, num_test=200, num_validation=200, seed=args.seed)
-    tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=200, target_vocabulary_size=200,
-                                      model_type="word")
+    splits, tokenizers = nmt.synthetic_task(4000, max_length=MAX_LENGTH, seed=args.seed)
     batches = dict(max_source_length=MAX_LENGTH, max_target_length=MAX_LENGTH, batch_size=32)
     train = nmt.make_dataset(splits.train, tokenizers, seed=args.seed, **batches)
     validation = nmt.make_dataset(splits.validation, tokenizers, shuffle=False, **batches)

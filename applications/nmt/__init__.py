@@ -12,7 +12,8 @@
     bleu, _ = evaluate.evaluate_bleu(model, tokenizers, splits.test, strategy=BeamSearch(4))
     export.export_translator("translator", model, tokenizers, strategy=BeamSearch(4))
 
-`nmt.synthetic_pairs()` is a made-up language pair with known word alignments for quick runs and tests.
+`nmt.synthetic_pairs()` is a made-up language pair with known word alignments for quick runs and tests;
+`nmt.synthetic_task()` splits it and builds its word-level tokenizers in one call.
 Modules: `data`, `tokenizer` (data), `model` (the five models, loss, metric, schedule), `training` (time
 budget, best weights), `evaluate` (translate, BLEU, alignments, heatmaps), `export` (translate SavedModel).
 """
@@ -24,6 +25,7 @@ from .data import (
     default_bucket_boundaries,
     encode_pairs,
     load_de_en,
+    load_de_en_lexicon,
     make_dataset,
     normalize_text,
     parse_de_en_line,
@@ -32,6 +34,7 @@ from .data import (
     split_pairs,
     synthetic_dictionary,
     synthetic_pairs,
+    synthetic_task,
 )
 from .model import (
     MODELS,
@@ -78,6 +81,7 @@ __all__ = [
     "default_bucket_boundaries",
     "encode_pairs",
     "load_de_en",
+    "load_de_en_lexicon",
     "make_dataset",
     "normalize_text",
     "parse_de_en_line",
@@ -86,5 +90,6 @@ __all__ = [
     "split_pairs",
     "synthetic_dictionary",
     "synthetic_pairs",
+    "synthetic_task",
     "train_sentencepiece",
 ]

@@ -91,12 +91,11 @@ def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, 
         )
     rows = translate_ids(model, ids, max_length=max_length, strategy=strategy, batch_size=batch_size,
                          jit_compile=jit_compile)
-    empty = [not t.strip() for t in texts]
-    outputs = []
-    for row, is_empty in zip(rows, empty):
-        outputs.append("" if is_empty or not row else tokenizers.target.detokenize(tf.constant([row], tf.int32))[0]
-                       .numpy().decode("utf-8"))
-    return outputs
+    if not rows:
+        return []
+    # One batched detokenize; rows are already cut at [END], so an empty row detokenizes to "".
+    decoded = tokenizers.target.detokenize(tf.ragged.constant(rows, tf.int32, ragged_rank=1)).numpy()
+    return ["" if not text.strip() else out.decode("utf-8") for text, out in zip(texts, decoded)]
 
 
 def corpus_bleu(hypotheses, references):

@@ -157,6 +157,31 @@ def test_load_direction_and_deduplication(tmp_path):
         nmt.load_de_en(tmp_path / "missing")
 
 
+def test_lexicon_keeps_word_and_phrase_entries_and_skips_held_out_lines(tmp_path):
+    path = tmp_path / "de-en"
+    path.write_text(
+        "# header :: ignored\n"
+        "Haus {n}; Gebäude {n} | Häuser {pl} :: house; building | houses\n"  # first synonym of each side
+        "Er kam nach Hause. | nach Hause kommen :: He came back home. | to come home\n"
+        "jdm. etw. geben :: to give sb. sth.\n"  # placeholders
+        "eins zwei drei vier fünf sechs sieben :: one two three four five six seven\n"  # > max_words
+        "Hund {m} [zool.] :: dog\n"
+        "Hund {m} :: dog\n",  # duplicate
+        encoding="utf-8",
+    )
+    entries = [("Haus", "house"), ("Häuser", "houses"), ("nach Hause kommen", "to come home"), ("Hund", "dog")]
+    assert list(nmt.load_de_en_lexicon(path)) == entries  # the sentence itself is load_de_en's
+    assert [(e, d) for d, e in entries] == list(nmt.load_de_en_lexicon(path, direction="en-de"))
+    # A held-out sentence (either side, case and punctuation ignored) removes its whole line.
+    held_out = nmt.Pairs(["Etwas anderes hier."], ["he came back HOME"])
+    assert list(nmt.load_de_en_lexicon(path, held_out=[held_out])) == entries[:2] + entries[3:]
+    assert len(nmt.load_de_en_lexicon(path, max_words=7)) == 5
+    with pytest.raises(ValueError, match="direction"):
+        nmt.load_de_en_lexicon(path, direction="de-fr")
+    with pytest.raises(FileNotFoundError, match="trans-de-en"):
+        nmt.load_de_en_lexicon(tmp_path / "missing")
+
+
 # --------------------------------------------------------------------------------------------------
 # The real corpus and its splits
 
@@ -254,6 +279,19 @@ def test_synthetic_alignment_is_correct(reorder):
     assert back.source == pairs.target
     for a, inverse in zip(pairs.alignments, back.alignments):
         assert [a[j] for j in inverse] == list(range(len(a)))
+
+
+def test_synthetic_task_is_split_and_tokenized_one_token_per_word():
+    splits, tokenizers = nmt.synthetic_task(500, max_length=8, num_test=40, num_validation=30, seed=4)
+    assert (len(splits.train), len(splits.validation), len(splits.test)) == (430, 30, 40)
+    assert splits.test.alignments is not None
+    assert max(len(s.split()) for s in splits.train.source) <= 6  # [START] + 6 words + [END] = 8
+    source = splits.test.source[0]
+    ids = tokenizers.source.tokenize(tf.constant([source])).to_list()[0]
+    assert len(ids) == len(source.split())
+    assert tokenizers.source.detokenize(tf.constant([ids])).numpy()[0].decode() == source
+    again, _ = nmt.synthetic_task(500, max_length=8, num_test=40, num_validation=30, seed=4)
+    assert again.test == splits.test
 
 
 def test_synthetic_argument_errors():
