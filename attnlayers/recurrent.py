@@ -609,9 +609,11 @@ class LuongDecoder(AttentionRNNDecoder):
         h~_t = tanh(W_c [c_t; h_t])                               (eq. 5, no bias as in the paper)
         output_t = h~_t                                           (fed to the softmax layer, eq. 6)
 
-    h~_0 is zeros. Global attention takes any score ("general" by default, "dot" needs ``units`` equal to the
-    memory dim, "location" ...); ``LocalAttention`` gives local-m (p_t = t, the step index is passed as
-    ``start_index``) or local-p (p_t predicted from h_t, eq. 9).
+    h~_0 is zeros. Global attention takes any score: "general" by default, as in the paper (with Adam and a few
+    hundred units prefer "scaled_general": unscaled, it can saturate on one source position early in training
+    and stay there, see ``GeneralScore``), "dot" needs ``units`` equal to the memory dim, "location" ...;
+    ``LocalAttention`` gives local-m (p_t = t, the step index is passed as ``start_index``) or local-p (p_t
+    predicted from h_t, eq. 9).
 
     Args:
         units: size of h_t and h~_t (optional when ``cell`` is an instance).

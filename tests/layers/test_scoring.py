@@ -46,6 +46,11 @@ def test_general(rng):
     logits = _np(score(q, k))
     w = _np(score.kernel)
     np.testing.assert_allclose(logits, np.einsum("btd,de,bse->bts", q, w, k), atol=1e-5)
+    scaled = al.get_score("scaled_general")  # the same bilinear form / sqrt(Dk)
+    scaled.build(q.shape, k.shape)
+    scaled.kernel.assign(w)
+    assert scaled.scaled and not score.scaled
+    np.testing.assert_allclose(_np(scaled(q, k)), logits / np.sqrt(6), atol=1e-5)
 
 
 def test_additive_has_real_matrices(rng):
@@ -95,7 +100,7 @@ def test_cosine_with_temperature(qk):
     assert np.all(np.isfinite(_np(al.CosineScore()(zero, zero))))
 
 
-@pytest.mark.parametrize("name", ["dot", "scaled_dot", "general", "additive", "cosine", "mlp"])
+@pytest.mark.parametrize("name", ["dot", "scaled_dot", "general", "scaled_general", "additive", "cosine", "mlp"])
 def test_prepare_keys_then_score_equals_call(name, qk):
     q, k = qk
     score = al.get_score(name)
@@ -109,6 +114,7 @@ def test_prepare_keys_then_score_equals_call(name, qk):
         (al.DotScore, {}),
         (al.ScaledDotScore, {}),
         (al.GeneralScore, {}),
+        (al.GeneralScore, {"scaled": True}),
         (al.AdditiveScore, {"units": 8}),
         (al.MLPScore, {"units": 8, "depth": 2}),
         (al.LocationScore, {"max_length": 6}),
