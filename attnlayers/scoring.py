@@ -193,7 +193,7 @@ class GeneralScore(Score):
     Measured on German-English (a Luong decoder over 512-d BiGRU states, Adam 1e-3): after 117 steps the
     unscaled score put weight 1.00 on the final source token for every target word, and the softmax stayed
     saturated there (no gradient to any other position: the model trained as if it had no attention);
-    scaled, the largest weight was 0.18 at that point and 0.31 after 234 steps. Luong et al. trained with SGD.
+    scaled, the mean largest weight was 0.18 at that point and 0.31 after 234 steps. Luong et al. used SGD.
 
     Args:
         kernel_initializer: initializer of W_a, shape (Dq, Dk).

@@ -31,7 +31,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=MODELS, default="bahdanau",
                         help="seq2seq: RNN encoder-decoder without attention; bahdanau: additive attention; luong: "
-                             "global 'general' attention with input feeding; local: Luong local-p attention; "
+                             "global attention (general score / sqrt(d)) with input feeding; local: Luong local-p; "
                              "transformer: the Transformer (default: bahdanau)")
     parser.add_argument("--data", default="synthetic",
                         help="synthetic | de-en | tsv:PATH (default: synthetic)")

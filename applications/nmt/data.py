@@ -364,8 +364,10 @@ def load_de_en_lexicon(path=DE_EN_PATH, *, direction: str = "de-en", held_out: I
                 continue
             if held and any(_content_key(d) in held or _content_key(e) in held for d, e in parse_de_en_line(line)):
                 continue
-            german, english = line.rstrip("\n").split(" :: ", 1)
-            for de, en in zip(german.split(" | "), english.split(" | ")):
+            german, english = (side.split(" | ") for side in line.rstrip("\n").split(" :: ", 1))
+            if len(german) != len(english):  # unaligned alternatives, as in parse_de_en_line
+                continue
+            for de, en in zip(german, english):
                 entry = [normalize_text(_strip_annotations(side).split(";")[0]) for side in (de, en)]
                 if not all(entry) or any(
                     _PLACEHOLDER.search(text) or len(text.split(" ")) > max_words or _is_sentence(text, 1)

@@ -166,7 +166,8 @@ def test_lexicon_keeps_word_and_phrase_entries_and_skips_held_out_lines(tmp_path
         "jdm. etw. geben :: to give sb. sth.\n"  # placeholders
         "eins zwei drei vier fünf sechs sieben :: one two three four five six seven\n"  # > max_words
         "Hund {m} [zool.] :: dog\n"
-        "Hund {m} :: dog\n",  # duplicate
+        "Hund {m} :: dog\n"  # duplicate
+        "Katze {f} | Katzen {pl} :: cat\n",  # unaligned alternatives
         encoding="utf-8",
     )
     entries = [("Haus", "house"), ("Häuser", "houses"), ("nach Hause kommen", "to come home"), ("Hund", "dog")]
