@@ -268,20 +268,23 @@ def _sentences(side: str, min_words: int) -> list:
     return out
 
 
+def _aligned_alternatives(line: str) -> list:
+    """The (german, english) ` | ` alternatives of one line, raw; [] for comments, lines without ` :: ` and
+    lines whose sides have different numbers of alternatives."""
+    if line.startswith("#") or " :: " not in line:
+        return []
+    german, english = (side.split(" | ") for side in line.rstrip("\n").split(" :: ", 1))
+    return list(zip(german, english)) if len(german) == len(english) else []
+
+
 def parse_de_en_line(line: str, *, min_words: int = 4) -> list:
     """The cleaned (german, english) sentence pairs of one `trans-de-en` line (steps 1-4 above).
 
     Comment lines, lines without ` :: ` and lines whose sides have different numbers of ` | `
     alternatives give `[]`.
     """
-    if line.startswith("#") or " :: " not in line:
-        return []
-    german, english = line.rstrip("\n").split(" :: ", 1)
-    german_alternatives, english_alternatives = german.split(" | "), english.split(" | ")
-    if len(german_alternatives) != len(english_alternatives):
-        return []
     pairs = []
-    for de, en in zip(german_alternatives, english_alternatives):
+    for de, en in _aligned_alternatives(line):
         # Cheap test first: a sentence alternative ends in . ! ? or a closing bracket / quote.
         if not (de.rstrip()[-1:] in ".!?\"')]}>”’“" and en.rstrip()[-1:] in ".!?\"')]}>”’“"):
             continue
@@ -360,14 +363,9 @@ def load_de_en_lexicon(path=DE_EN_PATH, *, direction: str = "de-en", held_out: I
     source, target, seen = [], [], set()
     with open(path, encoding="utf-8") as f:
         for line in f:
-            if line.startswith("#") or " :: " not in line:
-                continue
             if held and any(_content_key(d) in held or _content_key(e) in held for d, e in parse_de_en_line(line)):
                 continue
-            german, english = (side.split(" | ") for side in line.rstrip("\n").split(" :: ", 1))
-            if len(german) != len(english):  # unaligned alternatives, as in parse_de_en_line
-                continue
-            for de, en in zip(german, english):
+            for de, en in _aligned_alternatives(line):
                 entry = [normalize_text(_strip_annotations(side).split(";")[0]) for side in (de, en)]
                 if not all(entry) or any(
                     _PLACEHOLDER.search(text) or len(text.split(" ")) > max_words or _is_sentence(text, 1)
