@@ -1,0 +1,95 @@
+"""Argument validators shared by every layer, decoder and application: one definition of each check, and one
+wording of its error (a ValueError that names the argument, what was received and what was expected).
+
+    units = positive_int(units, "units")
+    rate = rate_in_unit_interval(dropout, "dropout")            # [0, 1)
+    mode = one_of(mode, "mode", ("min", "max"))
+    check_rank(x.shape, 3, "query", "(batch, length, dim)")
+"""
+
+import numpy as np
+
+
+def is_int(value):
+    """True for a Python / NumPy integer that is not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_number(value):
+    """True for a Python / NumPy int or float that is not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def positive_int(value, name, *, allow_none=False, what=None):
+    """``value`` as an int > 0 (or None when ``allow_none``); else a ValueError naming ``name``."""
+    if allow_none and value is None:
+        return None
+    if not is_int(value) or value <= 0:
+        expected = "a positive integer or None" if allow_none else "a positive integer"
+        detail = f" ({what})" if what else ""
+        raise ValueError(f"`{name}` must be {expected}{detail}; received {name}={value!r}.")
+    return int(value)
+
+
+def non_negative_int(value, name):
+    """``value`` as an int >= 0; else a ValueError naming ``name``."""
+    if not is_int(value) or value < 0:
+        raise ValueError(f"`{name}` must be an integer >= 0; received {name}={value!r}.")
+    return int(value)
+
+
+def positive_number(value, name, *, what=None):
+    """``value`` as a float > 0; else a ValueError naming ``name``."""
+    if not is_number(value) or not value > 0:
+        detail = f" ({what})" if what else ""
+        raise ValueError(f"`{name}` must be a number > 0{detail}; received {name}={value!r}.")
+    return float(value)
+
+
+def rate_in_unit_interval(value, name):
+    """``value`` as a float in [0, 1) (a dropout rate, a decay, a smoothing epsilon)."""
+    if not is_number(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1); received {name}={value!r}.")
+    return float(value)
+
+
+def one_of(value, name, choices):
+    """``value`` if it is one of ``choices``; else a ValueError listing them."""
+    if value not in choices:
+        raise ValueError(f"Unknown `{name}` {value!r}; expected one of {list(choices)}.")
+    return value
+
+
+def format_shape(shape):
+    """``(None, 4, 8)`` style text for a static shape."""
+    return "(" + ", ".join("None" if s is None else str(s) for s in tuple(shape)) + ")"
+
+
+def check_rank(shape, ranks, name, layout):
+    """Raises unless ``len(shape)`` is ``ranks`` (an int) or one of them (a tuple); ``layout`` names the axes,
+    e.g. "(batch, length, dim)"."""
+    ranks = (ranks,) if is_int(ranks) else tuple(ranks)
+    if shape is None or len(shape) not in ranks:
+        received = "None" if shape is None else f"shape {format_shape(shape)}"
+        raise ValueError(f"`{name}` must have shape {layout}; received {received}.")
+
+
+def check_tensor(x, name, layout):
+    """Raises a named ValueError for a missing input (None) instead of a TypeError deep inside an op."""
+    if x is None:
+        raise ValueError(f"`{name}` is required, with shape {layout}; received None.")
+    return x
+
+
+def same_size(a, b):
+    """True when two static sizes agree or either is unknown (None)."""
+    return a is None or b is None or a == b
+
+
+def check_feature_size(shape, expected, name, built_with="the size the layer was built with"):
+    """Raises when the last axis of ``shape`` is known and differs from ``expected`` (a feature size fixed by
+    ``build``): a named ValueError, not an op error deep inside a matmul."""
+    if expected is not None and shape is not None and len(shape) and not same_size(shape[-1], expected):
+        raise ValueError(
+            f"`{name}` must have last axis {expected} ({built_with}); received shape {format_shape(shape)}."
+        )
