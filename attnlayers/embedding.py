@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from attnlayers.positional import PositionEmbedding, SinusoidalPositionEncoding
+from attnlayers.validation import check_feature_size, check_rank, check_tensor, one_of, positive_int
 
 _POSITIONS = ("learned", "sinusoidal")
 
@@ -59,22 +60,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in (
-            ("vocabulary_size", vocabulary_size),
-            ("sequence_length", sequence_length),
-            ("embedding_dim", embedding_dim),
-        ):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive integer; received {value!r}.")
-        if position not in _POSITIONS:
-            raise ValueError(f"`position` must be one of {_POSITIONS}; received {position!r}.")
-        if num_segments is not None and (not isinstance(num_segments, int) or num_segments <= 0):
-            raise ValueError(f"`num_segments` must be a positive integer or None; received {num_segments!r}.")
-        self.vocabulary_size = vocabulary_size
-        self.sequence_length = sequence_length
-        self.embedding_dim = embedding_dim
-        self.position = position
-        self.num_segments = num_segments
+        self.vocabulary_size = positive_int(vocabulary_size, "vocabulary_size")
+        self.sequence_length = positive_int(sequence_length, "sequence_length")
+        self.embedding_dim = positive_int(embedding_dim, "embedding_dim")
+        self.position = one_of(position, "position", _POSITIONS)
+        self.num_segments = positive_int(num_segments, "num_segments", allow_none=True)
         self.mask_zero = mask_zero
         self.scale_embeddings = scale_embeddings
         self.output_bias = output_bias
@@ -93,13 +83,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         else:
             self.position_embedding = SinusoidalPositionEncoding(name="position_embedding", dtype=self.dtype_policy)
         self.segment_embedding = None
-        if num_segments:
+        if self.num_segments:
             self.segment_embedding = keras.layers.Embedding(
                 num_segments, embedding_dim, embeddings_initializer=self.embeddings_initializer,
                 name="segment_embedding", dtype=self.dtype_policy,
             )
 
-    def build(self, inputs_shape, segment_ids_shape=None):
+    def build(self, inputs_shape=None, segment_ids_shape=None):
+        check_tensor(inputs_shape, "inputs", "(batch, length)")
         self.token_embedding.build(inputs_shape)
         embedded = tuple(inputs_shape[:2]) + (self.embedding_dim,)
         self.position_embedding.build(embedded)
@@ -111,8 +102,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def call(self, inputs, segment_ids=None, start_index=0, reverse=False):
         if reverse:
             return self._project(inputs)
-        if len(inputs.shape) != 2:
-            raise ValueError(f"`inputs` must be token ids of shape (batch, length); received shape {tuple(inputs.shape)}.")
+        check_tensor(inputs, "inputs", "(batch, length)")
+        check_rank(inputs.shape, 2, "inputs", "(batch, length) of token ids")
         if (segment_ids is None) != (self.segment_embedding is None):
             raise ValueError(
                 f"`segment_ids` must be given iff `num_segments` is set (num_segments={self.num_segments}); "
@@ -132,12 +123,12 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         return x
 
     def _project(self, hidden):
-        """logits = h E^T (+ b): the tied output projection."""
-        if len(hidden.shape) < 2 or hidden.shape[-1] != self.embedding_dim:
-            raise ValueError(
-                f"With reverse=True, `inputs` must be hidden states (..., {self.embedding_dim}); received shape "
-                f"{tuple(hidden.shape)}."
-            )
+        """logits = h E^T (+ b): the tied output projection (Press & Wolf 2017)."""
+        layout = f"(..., {self.embedding_dim}) hidden states with reverse=True"
+        check_tensor(hidden, "inputs", layout)
+        if len(hidden.shape) < 2:
+            check_rank(hidden.shape, (2, 3), "inputs", layout)
+        check_feature_size(hidden.shape, self.embedding_dim, "inputs", built_with="embedding_dim, with reverse=True")
         table = ops.cast(self.token_embedding.embeddings, hidden.dtype)
         logits = ops.matmul(hidden, ops.transpose(table))
         if self.output_bias:

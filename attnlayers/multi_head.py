@@ -9,36 +9,57 @@ Per-head tensors are (B, T, N, H), the layout of keras' layer and of ``keras.ops
 attention weights are (B, N, T, S).
 """
 
+import collections
 import math
 import string
 
 import keras
-import numpy as np
 from keras import ops
 
 from attnlayers import masking
 from attnlayers.scoring import DotScore, ScaledDotScore, get_score, serialize_score
+from attnlayers.validation import (
+    check_feature_size,
+    check_rank,
+    check_tensor,
+    format_shape,
+    is_int,
+    positive_int,
+    rate_in_unit_interval,
+    same_size,
+)
+
+_SEQUENCE = "(batch, length, dim)"
 
 
-def _positive_int(value, name, allow_none=False):
-    if allow_none and value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        expected = "a positive integer or None" if allow_none else "a positive integer"
-        raise ValueError(f"`{name}` must be {expected}; received {name}={value!r}.")
-    return int(value)
+class AttentionOutputs(collections.namedtuple("AttentionOutputs", ["output", "scores", "cache"])):
+    """The parts of a :class:`MultiHeadAttention` result by name: ``output`` (B, T, D), ``scores``
+    (B, N, T, S) or None, ``cache`` (B, 2, S_max, N_kv, H) or None.
+
+    ``AttentionOutputs.unpack(layer(...), return_attention_scores, cache is not None)`` reads any of the
+    layer's return structures; ``pack()`` builds them.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def unpack(cls, outputs, return_attention_scores=False, has_cache=False):
+        if not (return_attention_scores or has_cache):
+            return cls(outputs, None, None)
+        outputs = tuple(outputs)
+        scores = outputs[1] if return_attention_scores else None
+        return cls(outputs[0], scores, outputs[-1] if has_cache else None)
+
+    def pack(self, return_attention_scores=False):
+        """``output``, ``(output, scores)``, ``(output, cache)`` or ``(output, scores, cache)``."""
+        parts = (self.output,) + ((self.scores,) if return_attention_scores else ())
+        parts += () if self.cache is None else (self.cache,)
+        return parts[0] if len(parts) == 1 else parts
 
 
-def _fmt(shape):
-    return "(" + ", ".join("None" if s is None else str(s) for s in shape) + ")"
-
-
-def _same(a, b):
-    return a is None or b is None or a == b
-
-
-def _is_python_int(x):
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+def _length(x):
+    """Static length (axis 1) when known, else the dynamic one."""
+    return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
 
 def _deserialize_layer(layer, name):
@@ -90,6 +111,11 @@ class MultiHeadAttention(keras.layers.Layer):
     causal mask, the sliding window and the position hooks. (keras aligns its causal mask at the top left
     instead; the two agree whenever T == S.)
 
+    Override points, as in keras: ``_compute_attention(query, key, value, attention_mask, training)`` maps
+    projected per-head tensors to ``(attention_output (B, T, N, Hv), attention_scores (B, N, T, S))``;
+    ``_compute_attention_mask`` assembles the boolean mask; ``_update_cache`` writes a call's keys and
+    values into the cache.
+
     Args:
         num_heads: N, number of query heads.
         key_dim: H, size of each query/key head.
@@ -135,9 +161,11 @@ class MultiHeadAttention(keras.layers.Layer):
             ``RelativePositionBias`` output).
 
     Returns:
-        output: (B, T, D) (or (B, T) + ``output_shape``); then, if requested, the scores (B, N, T, S); then,
-        if a cache was given, the (updated) cache (B, 2, S_max, N_kv, H). Order as in keras-hub:
-        ``output``, ``(output, scores)``, ``(output, cache)`` or ``(output, scores, cache)``.
+        One convention, keras-hub's ``CachedMultiHeadAttention`` order: ``output``; ``(output, scores)``
+        with ``return_attention_scores``; ``(output, cache)`` with a cache; ``(output, scores, cache)`` with
+        both. ``output`` is (B, T, D) (or (B, T) + ``output_shape``), ``scores`` the applied weights
+        (B, N, T, S), ``cache`` the (updated) cache (B, 2, S_max, N_kv, H).
+        :meth:`AttentionOutputs.unpack` names the parts of any of these.
 
     Example:
     >>> attention = MultiHeadAttention(num_heads=8, key_dim=64, num_key_value_heads=2,
@@ -175,25 +203,23 @@ class MultiHeadAttention(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.supports_masking = True
-        self._num_heads = _positive_int(num_heads, "num_heads")
-        self._key_dim = _positive_int(key_dim, "key_dim")
-        self._value_dim = _positive_int(value_dim, "value_dim", allow_none=True) or self._key_dim
-        self._num_key_value_heads = _positive_int(num_key_value_heads, "num_key_value_heads", allow_none=True)
+        self._num_heads = positive_int(num_heads, "num_heads")
+        self._key_dim = positive_int(key_dim, "key_dim")
+        self._value_dim = positive_int(value_dim, "value_dim", allow_none=True) or self._key_dim
+        self._num_key_value_heads = positive_int(num_key_value_heads, "num_key_value_heads", allow_none=True)
         kv_heads = self._num_key_value_heads or self._num_heads
         if self._num_heads % kv_heads:
             raise ValueError(
                 f"`num_heads` must be a multiple of `num_key_value_heads`; received num_heads={num_heads}, "
                 f"num_key_value_heads={num_key_value_heads}."
             )
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be a float in [0, 1); received dropout={dropout!r}.")
-        self._dropout = dropout
+        self._dropout = rate_in_unit_interval(dropout, "dropout")
         self._use_bias = bool(use_bias)
         if output_shape is not None and output_shape != ():
-            if isinstance(output_shape, (int, np.integer)):
+            if is_int(output_shape):
                 output_shape = (output_shape,)
             if not isinstance(output_shape, (tuple, list)) or not all(
-                _is_python_int(d) and d > 0 for d in output_shape
+                is_int(d) and d > 0 for d in output_shape
             ):
                 raise ValueError(
                     f"`output_shape` must be None, a positive int or a tuple of positive ints; received "
@@ -204,7 +230,7 @@ class MultiHeadAttention(keras.layers.Layer):
             output_shape = None
         self._output_shape = output_shape
         if attention_axes is not None:
-            axes = (attention_axes,) if _is_python_int(attention_axes) else attention_axes
+            axes = (attention_axes,) if is_int(attention_axes) else attention_axes
             if not isinstance(axes, (tuple, list)) or tuple(axes) not in ((1,), (-2,)):
                 raise ValueError(
                     "attnlayers.MultiHeadAttention attends over the sequence axis of (batch, length, dim) "
@@ -213,7 +239,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
             attention_axes = tuple(axes)
         self._attention_axes = attention_axes
-        self._sliding_window = _positive_int(sliding_window, "sliding_window", allow_none=True)
+        self._sliding_window = positive_int(sliding_window, "sliding_window", allow_none=True)
         self._use_gate = bool(use_gate)
         if flash_attention:
             raise ValueError(
@@ -293,18 +319,19 @@ class MultiHeadAttention(keras.layers.Layer):
         layer.supports_masking = True
         return layer
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape=None, value_shape=None, key_shape=None):
+        check_tensor(query_shape, "query", _SEQUENCE)
+        check_tensor(value_shape, "value", _SEQUENCE)
         key_shape = value_shape if key_shape is None else key_shape
         for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
-            if len(shape) != 3:
-                raise ValueError(
-                    f"`{name}` must have shape (batch, length, dim); received shape {_fmt(shape)}."
-                )
-        if not _same(key_shape[1], value_shape[1]):
+            check_rank(shape, 3, name, _SEQUENCE)
+        if not same_size(key_shape[1], value_shape[1]):
             raise ValueError(
-                f"`key` and `value` must have the same length; received key shape {_fmt(key_shape)} and "
-                f"value shape {_fmt(value_shape)}."
+                f"`key` and `value` must have the same length; received key shape {format_shape(key_shape)} "
+                f"and value shape {format_shape(value_shape)}."
             )
+        # Feature sizes the projections are built for; a later call must match them.
+        self._built_sizes = (query_shape[-1], value_shape[-1], key_shape[-1])
         n, n_kv, h, hv = self._num_heads, self.num_key_value_heads, self._key_dim, self._value_dim
         # Same sublayers, names and creation order as keras.layers.MultiHeadAttention.
         self._query_dense = self._projection("query", n, h)
@@ -352,20 +379,26 @@ class MultiHeadAttention(keras.layers.Layer):
     # Checks
 
     def _check_inputs(self, query, value, key, cache, cache_update_index, attention_bias):
+        check_tensor(query, "query", _SEQUENCE)
+        check_tensor(value, "value", _SEQUENCE)
         for name, x in (("query", query), ("value", value), ("key", key)):
-            if len(x.shape) != 3:
-                raise ValueError(f"`{name}` must have shape (batch, length, dim); received shape {_fmt(x.shape)}.")
+            check_rank(x.shape, 3, name, _SEQUENCE)
+        projected = (("query", query),)
+        if cache is None or cache_update_index is not None:  # a static cache ignores key and value
+            projected += (("value", value), ("key", key))
+        for (name, x), size in zip(projected, self._built_sizes):
+            check_feature_size(x.shape, size, name)
         batch = query.shape[0]
         for name, x in (("value", value), ("key", key)):
-            if not _same(batch, x.shape[0]):
+            if not same_size(batch, x.shape[0]):
                 raise ValueError(
                     f"`{name}` must have the batch size of `query`: expected {batch}; received shape "
-                    f"{_fmt(x.shape)}."
+                    f"{format_shape(x.shape)}."
                 )
-        if not _same(key.shape[1], value.shape[1]):
+        if not same_size(key.shape[1], value.shape[1]):
             raise ValueError(
-                f"`key` and `value` must have the same length; received key shape {_fmt(key.shape)} and "
-                f"value shape {_fmt(value.shape)}."
+                f"`key` and `value` must have the same length; received key shape {format_shape(key.shape)} "
+                f"and value shape {format_shape(value.shape)}."
             )
         if cache is None:
             if cache_update_index is not None:
@@ -374,42 +407,235 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"cache_update_index={cache_update_index!r} and cache=None."
                 )
         else:
-            expected = (batch, 2, None, self.num_key_value_heads, self._key_dim)
-            shape = tuple(cache.shape)
-            if self._value_dim != self._key_dim:
-                raise ValueError(
-                    f"A `cache` stacks keys and values, so it needs key_dim == value_dim; this layer has "
-                    f"key_dim={self._key_dim} and value_dim={self._value_dim}."
-                )
-            if len(shape) != 5 or not all(_same(a, b) for a, b in zip(shape, expected)):
-                raise ValueError(
-                    f"`cache` must have shape (batch, 2, max_length, num_key_value_heads, key_dim) = "
-                    f"{_fmt(expected)}; received shape {_fmt(shape)}."
-                )
-            if _is_python_int(cache_update_index):
-                new, max_length = key.shape[1], shape[2]
-                if cache_update_index < 0 or (
-                    new is not None and max_length is not None and cache_update_index + new > max_length
-                ):
-                    raise ValueError(
-                        f"`cache_update_index`={cache_update_index} writes {new} new key(s) beyond a cache of "
-                        f"max_length {max_length}: expected 0 <= cache_update_index <= {max_length} - {new}."
-                    )
-            elif cache_update_index is not None and len(getattr(cache_update_index, "shape", (0,))) != 0:
-                raise ValueError(
-                    "`cache_update_index` must be a Python int or a scalar integer tensor; received "
-                    f"{cache_update_index!r}."
-                )
+            self._check_cache(cache, cache_update_index, batch, key.shape[1])
         if attention_bias is not None and len(attention_bias.shape) != 4:
             raise ValueError(
                 "`attention_bias` must have shape (batch or 1, num_heads or 1, query_length, key_length); "
-                f"received shape {_fmt(attention_bias.shape)}."
+                f"received shape {format_shape(attention_bias.shape)}."
+            )
+
+    def _check_cache(self, cache, cache_update_index, batch, new_length):
+        expected = (batch, 2, None, self.num_key_value_heads, self._key_dim)
+        shape = tuple(cache.shape)
+        if self._value_dim != self._key_dim:
+            raise ValueError(
+                f"A `cache` stacks keys and values, so it needs key_dim == value_dim; this layer has "
+                f"key_dim={self._key_dim} and value_dim={self._value_dim}."
+            )
+        if len(shape) != 5 or not all(same_size(a, b) for a, b in zip(shape, expected)):
+            raise ValueError(
+                f"`cache` must have shape (batch, 2, max_length, num_key_value_heads, key_dim) = "
+                f"{format_shape(expected)}; received shape {format_shape(shape)}."
+            )
+        if is_int(cache_update_index):
+            max_length = shape[2]
+            if cache_update_index < 0 or (
+                new_length is not None and max_length is not None and cache_update_index + new_length > max_length
+            ):
+                raise ValueError(
+                    f"`cache_update_index`={cache_update_index} writes {new_length} new key(s) beyond a cache "
+                    f"of max_length {max_length}: expected 0 <= cache_update_index <= {max_length} - "
+                    f"{new_length}."
+                )
+        elif cache_update_index is not None and len(getattr(cache_update_index, "shape", (0,))) != 0:
+            raise ValueError(
+                "`cache_update_index` must be a Python int or a scalar integer tensor; received "
+                f"{cache_update_index!r}."
             )
 
     # ------------------------------------------------------------------------------------------------
     # Attention
 
-    def _logits(self, query, key):
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+        attention_bias=None,
+    ):
+        key = value if key is None else key
+        self._check_inputs(query, value, key, cache, cache_update_index, attention_bias)
+        # Projections Q W^Q, K W^K, V W^V for all heads: (B, L, D) -> (B, L, N, H).
+        q = self._query_dense(query)
+        cache_mask = None
+        if cache is not None and cache_update_index is None:  # a static cache is used as is
+            cache = ops.cast(cache, self.compute_dtype)
+            k, v = cache[:, 0], cache[:, 1]
+        else:
+            k = self._rotate(self._key_dense(key), 0 if cache is None else cache_update_index)
+            v = self._value_dense(value)
+            if cache is not None:
+                k, v, cache, cache_mask = self._update_cache(cache, k, v, cache_update_index)
+        # Query t sits at absolute position start + t: the cache index, or S - T (the last T positions).
+        start = cache_update_index if cache_update_index is not None else _length(k) - _length(q)
+        q = self._rotate(q, start)
+        mask = self._compute_attention_mask(
+            q, k, query_mask, value_mask, key_mask, attention_mask, use_causal_mask,
+            start_index=start, cache_mask=cache_mask, cached=cache is not None,
+        )
+        bias = self._compute_attention_bias(q, k, start, attention_bias)
+        bias_kwargs = {} if bias is None else {"attention_bias": bias}  # keras' signature when there is none
+        heads, scores = self._compute_attention(q, k, v, mask, training, **bias_kwargs)
+        if self._use_gate:
+            heads = heads * self._gate_dense(query)
+        output = self._output_dense(heads)  # Concat(head_1, ..., head_N) W^O
+        output = self._zero_invisible_queries(output, mask)
+        return AttentionOutputs(output, scores, cache).pack(return_attention_scores)
+
+    def _rotate(self, x, start_index):
+        if self._rotary is None:
+            return x
+        return ops.cast(self._rotary(x, start_index=start_index), x.dtype)
+
+    def _update_cache(self, cache, key, value, cache_update_index):
+        """Writes this call's keys and values into the cache at ``cache_update_index``.
+
+        Args:
+            cache: (B, 2, S_max, N_kv, H) keys and values.
+            key, value: (B, S_new, N_kv, H) projected (and rotated) keys and values of this call.
+            cache_update_index: int or scalar int tensor, the cache position of the first new key.
+
+        Returns:
+            ``(key, value, cache, cache_mask)``: the keys and values (B, S_max, N_kv, H) of every cache
+            position, the updated cache (B, 2, S_max, N_kv, H), and a (1, 1, S_max) mask of the positions
+            written so far (the later ones hold no key yet).
+        """
+        cache = ops.cast(cache, self.compute_dtype)
+        new_length = _length(key)
+        # Cache position s takes new entry s - index when 0 <= s - index < new_length. A gather and a select
+        # rather than slice_update: the same O(cache) cost as the stack below, and differentiable on every
+        # backend (TensorFlow has no gradient for XLA's dynamic update slice).
+        relative = ops.arange(ops.shape(cache)[2], dtype="int32") - ops.cast(cache_update_index, "int32")
+        is_new = ops.reshape(ops.logical_and(relative >= 0, relative < new_length), (1, -1, 1, 1))
+        source = ops.clip(relative, 0, new_length - 1)
+        key = ops.where(is_new, ops.take(key, source, axis=1), cache[:, 0])
+        value = ops.where(is_new, ops.take(value, source, axis=1), cache[:, 1])
+        return key, value, ops.stack((key, value), axis=1), ops.reshape(relative < new_length, (1, 1, -1))
+
+    def _compute_attention_mask(
+        self,
+        query,
+        value,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        start_index=None,
+        cache_mask=None,
+        cached=False,
+    ):
+        """Combines every mask of a call into one, as keras' method of this name: padding of the queries
+        (B, T, 1) and of the keys (B, 1, S), the explicit ``attention_mask``, the causal rule and the
+        sliding window (1, T, S), and the unwritten cache positions.
+
+        Args:
+            query: (B, T, ...) and value: (B, S, ...) tensors; only their batch sizes and lengths are read.
+            query_mask: (B, T). value_mask, key_mask: (B, S) (with a cache, S is the cache length).
+            attention_mask: (B, T, S), True = may attend; axes of size 1 broadcast.
+            use_causal_mask: query t attends keys up to its own absolute position only.
+            start_index: absolute position of query 0 (default S - T), the offset of the causal rule and
+                of the window.
+            cache_mask: (1, 1, S) positions of a cache written so far, or None.
+            cached: whether S counts cache positions (for the error message of a misplaced key mask).
+
+        Returns:
+            Boolean mask broadcastable to (B, T, S), or None when nothing is masked.
+        """
+        batch, query_length, key_length = query.shape[0], _length(query), _length(value)
+        query_mask = masking.check_mask(query_mask, "query_mask", (batch, query.shape[1]))
+        key_padding = self._key_side_mask(value_mask, key_mask, batch, value.shape[1], cached)
+        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, query.shape[1], value.shape[1]))
+        mask = masking.compute_attention_mask(
+            query_length, key_length, query_mask, key_padding, attention_mask, use_causal_mask, offset=start_index
+        )
+        if self._sliding_window is not None:
+            start = key_length - query_length if start_index is None else start_index
+            mask = masking.combine_masks(mask, self._window_mask(query_length, key_length, start)[None])
+        return masking.combine_masks(mask, cache_mask)
+
+    def _key_side_mask(self, value_mask, key_mask, batch, key_length, cached):
+        masks = []
+        for name, mask in (("value_mask", value_mask), ("key_mask", key_mask)):
+            if mask is None:
+                continue
+            if cached and len(mask.shape) == 2 and not same_size(mask.shape[1], key_length):
+                raise ValueError(
+                    f"With a `cache`, `{name}` masks the cache positions: expected shape "
+                    f"{format_shape((batch, key_length))}; received shape {format_shape(mask.shape)}. (An "
+                    f"implicit Keras mask of the new tokens cannot be placed in the cache: pass an "
+                    f"`attention_mask` instead.)"
+                )
+            masks.append(masking.check_mask(mask, name, (batch, key_length)))
+        return masking.combine_masks(*masks)
+
+    def _window_mask(self, query_length, key_length, start):
+        """keras' band: |i - j| < sliding_window, i the absolute query position."""
+        if self._sliding_window > 1:
+            return masking.sliding_window_mask(query_length, key_length, self._sliding_window - 1, offset=start)
+        # Window 1: each query sees its own position only (j <= i and not j <= i - 1).
+        return ops.logical_and(
+            masking.causal_mask(query_length, key_length, start),
+            ops.logical_not(masking.causal_mask(query_length, key_length, start - 1)),
+        )
+
+    def _compute_attention_bias(self, query, key, start_index, attention_bias=None):
+        """The additive logit bias of a call: the ``position_bias`` hook at ``start_index`` plus the
+        ``attention_bias`` argument, (1 or B, N or 1, T, S) float32, or None when there is neither.
+
+        Under mixed_float16 Keras casts the ``attention_bias`` argument to float16, where -1e9 is -inf (and
+        a row of -inf softmaxes to NaN): infinite entries are clamped to a finite large negative.
+        """
+        biases = []
+        if self._position_bias is not None:
+            biases.append(self._position_bias(query, key, start_index=start_index))
+        if attention_bias is not None:
+            biases.append(attention_bias)
+        if not biases:
+            return None
+        total = ops.cast(biases[0], "float32")
+        for bias in biases[1:]:
+            total = total + ops.cast(bias, "float32")
+        return ops.maximum(total, masking.large_negative("float32"))
+
+    def _compute_attention(self, query, key, value, attention_mask=None, training=None, attention_bias=None):
+        """Attention over projected per-head tensors, keras' override point:
+        softmax(Q K^T / sqrt(d_k) + bias) V per head (Vaswani et al. 2017, eq. 1), with the layer's score.
+
+        Args:
+            query: (B, T, N, H) projected (and rotated) queries.
+            key: (B, S, N_kv, H) projected keys; value: (B, S, N_kv, Hv) projected values.
+            attention_mask: boolean, broadcastable to (B, T, S) or (B, N, T, S), True = may attend; or None.
+            training: enables dropout on the weights.
+            attention_bias: (1 or B, N or 1, T, S) additive logit bias, or None. Passed only when there is
+                one, so an override with keras' signature works for layers without position biases.
+
+        Returns:
+            ``(attention_output, attention_scores)``: (B, T, N, Hv) heads and the (B, N, T, S) weights
+            actually applied (after dropout). A query with no visible key gets zero weights.
+        """
+        logits = self._compute_logits(query, key)  # (B, N, T, S)
+        if attention_bias is not None:
+            # Added in float32: under mixed precision a large negative bias overflows float16.
+            logits = ops.cast(logits, "float32") + ops.cast(attention_bias, "float32")
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = ops.expand_dims(attention_mask, 1)
+        # softmax over the keys (eq. 1) in float32 under mixed precision; fully-masked rows get zero weights.
+        weights = ops.cast(masking.masked_softmax(logits, attention_mask), self.compute_dtype)
+        if self._dropout_layer is not None:
+            weights = self._dropout_layer(weights, training=training)  # the returned weights are the applied ones
+        return self._combine(weights, value), weights
+
+    def _compute_logits(self, query, key):
         """(B, T, N, H) queries and (B, S, N_kv, H) keys -> (B, N, T, S) logits."""
         n, n_kv = self._num_heads, self.num_key_value_heads
         groups = n // n_kv
@@ -445,129 +671,14 @@ class MultiHeadAttention(keras.layers.Layer):
         heads = ops.einsum("bkgts,bskh->btkgh", grouped, value)
         return ops.reshape(heads, (batch, length, n, self._value_dim))
 
-    def _rotate(self, x, start_index):
-        return ops.cast(self._rotary(x, start_index=start_index), x.dtype)
-
-    def _key_side_mask(self, value_mask, key_mask, batch, key_length, cached):
-        masks = []
-        for name, mask in (("value_mask", value_mask), ("key_mask", key_mask)):
-            if mask is None:
-                continue
-            if cached and len(mask.shape) == 2 and not _same(mask.shape[1], key_length):
-                raise ValueError(
-                    f"With a `cache`, `{name}` masks the cache positions: expected shape "
-                    f"{_fmt((batch, key_length))}; received shape {_fmt(mask.shape)}. (An implicit Keras mask "
-                    f"of the new tokens cannot be placed in the cache: pass an `attention_mask` instead.)"
-                )
-            masks.append(masking.check_mask(mask, name, (batch, key_length)))
-        return masking.combine_masks(*masks)
-
-    def call(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_update_index=None,
-        attention_bias=None,
-    ):
-        key = value if key is None else key
-        self._check_inputs(query, value, key, cache, cache_update_index, attention_bias)
-        batch = query.shape[0]
-
-        # Projections: Q W^Q, K W^K, V W^V for all heads, (B, L, D) -> (B, L, N, H).
-        q = self._query_dense(query)
-        gate = self._gate_dense(query) if self._use_gate else None
-        written = None
-        if cache is not None and cache_update_index is None:  # static cache: use as is
-            cache = ops.cast(cache, self.compute_dtype)
-            k, v = cache[:, 0], cache[:, 1]
-            start = None
-        else:
-            k, v = self._key_dense(key), self._value_dense(value)
-            if cache is not None:
-                # Write the new keys (rotated at their absolute positions) and values into the cache.
-                if self._rotary is not None:
-                    k = self._rotate(k, cache_update_index)
-                cache = ops.cast(cache, self.compute_dtype)
-                new_length = key.shape[1] if key.shape[1] is not None else ops.shape(key)[1]
-                # Cache position s takes new entry s - index when 0 <= s - index < new_length. A gather and a
-                # select rather than slice_update: same O(cache) cost as the stack below, and differentiable
-                # on every backend (TensorFlow has no gradient for XLA's dynamic update slice).
-                relative = ops.arange(ops.shape(cache)[2], dtype="int32") - ops.cast(cache_update_index, "int32")
-                is_new = ops.reshape(ops.logical_and(relative >= 0, relative < new_length), (1, -1, 1, 1))
-                source = ops.clip(relative, 0, new_length - 1)
-                k = ops.where(is_new, ops.take(k, source, axis=1), cache[:, 0])
-                v = ops.where(is_new, ops.take(v, source, axis=1), cache[:, 1])
-                cache = ops.stack((k, v), axis=1)
-                # Cache positions not written yet hold no key.
-                written = ops.reshape(relative < new_length, (1, 1, -1))
-                start = cache_update_index
-            else:
-                start = None
-                if self._rotary is not None:
-                    k = self._rotate(k, 0)
-
-        query_length = q.shape[1] if q.shape[1] is not None else ops.shape(q)[1]
-        key_length = k.shape[1] if k.shape[1] is not None else ops.shape(k)[1]
-        if start is None:  # queries are the last T of the S positions
-            start = key_length - query_length
-        if self._rotary is not None:
-            q = self._rotate(q, start)
-
-        # Masks: padding, explicit, causal, window, unwritten cache positions; broadcastable to (B, T, S).
-        query_mask = masking.check_mask(query_mask, "query_mask", (batch, q.shape[1]))
-        key_padding = self._key_side_mask(value_mask, key_mask, batch, k.shape[1], cache is not None)
-        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, q.shape[1], k.shape[1]))
-        mask = masking.compute_attention_mask(
-            query_length, key_length, query_mask, key_padding, attention_mask, use_causal_mask, offset=start
-        )
-        if self._sliding_window is not None:
-            mask = masking.combine_masks(mask, self._window_mask(query_length, key_length, start)[None])
-        mask = masking.combine_masks(mask, written)
-
-        logits = self._logits(q, k)  # (B, N, T, S)
-        if self._position_bias is not None:
-            logits = logits + ops.cast(self._position_bias(q, k, start_index=start), logits.dtype)
-        if attention_bias is not None:
-            logits = logits + ops.cast(attention_bias, logits.dtype)
-        # softmax over the keys (eq. 1); fully-masked rows get all-zero weights; float32 under mixed precision.
-        weights = masking.masked_softmax(logits, None if mask is None else ops.expand_dims(mask, 1))
-        if self._dropout_layer is not None:
-            weights = self._dropout_layer(weights, training=training)  # the returned weights are the applied ones
-        heads = self._combine(weights, v)  # (B, T, N, Hv)
-        if gate is not None:
-            heads = heads * gate
-        output = self._output_dense(heads)  # Concat(head_1..head_N) W^O
-        if mask is not None:
-            # A query with nothing visible outputs 0 (not the output bias).
-            visible = ops.any(mask, axis=-1)
-            visible = ops.reshape(visible, ops.shape(visible) + (1,) * (len(output.shape) - 2))
-            output = ops.where(visible, output, ops.zeros_like(output))
-
-        outputs = (output,)
-        if return_attention_scores:
-            outputs += (weights,)
-        if cache is not None:
-            outputs += (cache,)
-        return outputs[0] if len(outputs) == 1 else outputs
-
-    def _window_mask(self, query_length, key_length, start):
-        """keras' band: |i - j| < sliding_window, i the absolute query position."""
-        if self._sliding_window > 1:
-            return masking.sliding_window_mask(query_length, key_length, self._sliding_window - 1, offset=start)
-        # Window 1: each query sees its own position only (j <= i and not j <= i - 1).
-        return ops.logical_and(
-            masking.causal_mask(query_length, key_length, start),
-            ops.logical_not(masking.causal_mask(query_length, key_length, start - 1)),
-        )
+    @staticmethod
+    def _zero_invisible_queries(output, mask):
+        """A query with nothing visible outputs 0 (not the output bias)."""
+        if mask is None:
+            return output
+        visible = ops.any(mask, axis=-1)
+        visible = ops.reshape(visible, ops.shape(visible) + (1,) * (len(output.shape) - 2))
+        return ops.where(visible, output, ops.zeros_like(output))
 
     # ------------------------------------------------------------------------------------------------
     # Shapes and config
@@ -594,20 +705,15 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_update_index=None,
         attention_bias=None,
     ):
-        output = keras.KerasTensor(
-            self.compute_output_shape(query.shape, value.shape), dtype=self.compute_dtype
-        )
-        outputs = (output,)
-        if return_attention_scores:
-            key_length = cache.shape[2] if cache is not None else value.shape[1]
-            outputs += (
-                keras.KerasTensor(
-                    (query.shape[0], self._num_heads, query.shape[1], key_length), dtype=self.compute_dtype
-                ),
-            )
-        if cache is not None:
-            outputs += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
-        return outputs[0] if len(outputs) == 1 else outputs
+        def spec(shape):
+            return keras.KerasTensor(tuple(shape), dtype=self.compute_dtype)
+
+        key_length = cache.shape[2] if cache is not None else value.shape[1]
+        return AttentionOutputs(
+            spec(self.compute_output_shape(query.shape, value.shape)),
+            spec((query.shape[0], self._num_heads, query.shape[1], key_length)),
+            None if cache is None else spec(cache.shape),
+        ).pack(return_attention_scores)
 
     def get_config(self):
         return {

@@ -17,22 +17,14 @@ import keras
 import numpy as np
 from keras import ops
 
+from attnlayers.validation import check_feature_size, check_rank, check_tensor, is_int, positive_int, positive_number
 
-def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer; received {value!r}.")
-    return int(value)
-
-
-def _check_positive(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number; received {value!r}.")
-    return value
+_SEQUENCE = "(batch, length, dim)"
 
 
 def _check_start_index(start_index):
     """Static check of ``start_index``: a Python int or a scalar tensor."""
-    if isinstance(start_index, (int, np.integer)) and not isinstance(start_index, bool):
+    if is_int(start_index):
         return
     shape = getattr(start_index, "shape", None)
     if shape is None or len(shape) != 0:
@@ -44,11 +36,6 @@ def _check_start_index(start_index):
 def _positions(length, start_index):
     """Absolute positions ``start_index + arange(length)`` as float32 (length,)."""
     return ops.arange(length, dtype="float32") + ops.cast(start_index, "float32")
-
-
-def _check_rank(shape, ranks, name, layout):
-    if len(shape) not in ranks:
-        raise ValueError(f"`{name}` must have shape {layout}; received shape {tuple(shape)}.")
 
 
 @keras.saving.register_keras_serializable(package="attnlayers")
@@ -80,13 +67,13 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        self.supports_masking = True  # the output lines up with the input: pass its mask on
-        self.max_wavelength = _check_positive(max_wavelength, "max_wavelength")
+        self.max_wavelength = positive_number(max_wavelength, "max_wavelength")
         self.supports_masking = True  # position-wise: an implicit padding mask passes through
         self.built = True
 
     def call(self, inputs, start_index=0):
-        _check_rank(inputs.shape, (2, 3), "inputs", "(batch, length, dim)")
+        check_tensor(inputs, "inputs", _SEQUENCE)
+        check_rank(inputs.shape, (2, 3), "inputs", _SEQUENCE)
         _check_start_index(start_index)
         shape = ops.shape(inputs)
         length, dim = shape[-2], inputs.shape[-1]
@@ -130,13 +117,13 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        self.supports_masking = True  # the output lines up with the input: pass its mask on
-        self.sequence_length = _check_positive_int(sequence_length, "sequence_length")
+        self.sequence_length = positive_int(sequence_length, "sequence_length")
         self.initializer = keras.initializers.get(initializer)
         self.supports_masking = True  # position-wise: an implicit padding mask passes through
 
-    def build(self, inputs_shape):
-        _check_rank(inputs_shape, (2, 3), "inputs", "(batch, length, dim)")
+    def build(self, inputs_shape=None):
+        check_tensor(inputs_shape, "inputs", _SEQUENCE)
+        check_rank(inputs_shape, (2, 3), "inputs", _SEQUENCE)
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.sequence_length, inputs_shape[-1]),
@@ -144,9 +131,12 @@ class PositionEmbedding(keras.layers.Layer):
         )
 
     def call(self, inputs, start_index=0):
+        check_tensor(inputs, "inputs", _SEQUENCE)
+        check_rank(inputs.shape, (2, 3), "inputs", _SEQUENCE)
+        check_feature_size(inputs.shape, self.embeddings.shape[-1], "inputs")
         _check_start_index(start_index)
         length = inputs.shape[-2]
-        start = start_index if isinstance(start_index, (int, np.integer)) else None
+        start = start_index if is_int(start_index) else None
         if start is not None and start < 0:
             raise ValueError(f"`start_index` must be >= 0; received {start_index}.")
         if length is not None and (length + (start or 0)) > self.sequence_length:
@@ -206,8 +196,8 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, scaling_factor=1.0, interleaved=False, **kwargs):
         super().__init__(**kwargs)
-        self.max_wavelength = _check_positive(max_wavelength, "max_wavelength")
-        self.scaling_factor = _check_positive(scaling_factor, "scaling_factor")
+        self.max_wavelength = positive_number(max_wavelength, "max_wavelength")
+        self.scaling_factor = positive_number(scaling_factor, "scaling_factor")
         self.interleaved = bool(interleaved)
         self.supports_masking = True  # position-wise: an implicit padding mask passes through
         self.built = True
@@ -221,7 +211,9 @@ class RotaryEmbedding(keras.layers.Layer):
         return ops.expand_dims(positions, -1) * inverse_frequency
 
     def call(self, inputs, start_index=0):
-        _check_rank(inputs.shape, (3, 4), "inputs", "(batch, length, num_heads, head_dim) or (batch, length, dim)")
+        layout = "(batch, length, num_heads, head_dim) or (batch, length, dim)"
+        check_tensor(inputs, "inputs", layout)
+        check_rank(inputs.shape, (3, 4), "inputs", layout)
         _check_start_index(start_index)
         dim = inputs.shape[-1]
         if dim is None or dim % 2:
@@ -260,17 +252,22 @@ class _PositionBias(keras.layers.Layer):
 
     def __init__(self, num_heads, **kwargs):
         super().__init__(**kwargs)
-        self.num_heads = _check_positive_int(num_heads, "num_heads")
+        self.num_heads = positive_int(num_heads, "num_heads")
         self.supports_masking = True  # reads lengths only; padding is the attention layer's business
 
     def compute_mask(self, query, previous_mask=None):
         return None
 
+    def _check_inputs(self, query, key, start_index):
+        for name, x in (("query", query), ("key", key)):
+            layout = f"(batch, {name}_length, ...)"
+            check_tensor(x, name, layout)
+            check_rank(x.shape, (3, 4), name, layout)
+        _check_start_index(start_index)
+
     def _relative_positions(self, query, key, start_index):
         """(T, S) int32 matrix of key position - query position (T5's memory - context)."""
-        _check_rank(query.shape, (3, 4), "query", "(batch, query_length, ...)")
-        _check_rank(key.shape, (3, 4), "key", "(batch, key_length, ...)")
-        _check_start_index(start_index)
+        self._check_inputs(query, key, start_index)
         query_positions = ops.arange(ops.shape(query)[1], dtype="int32") + ops.cast(start_index, "int32")
         key_positions = ops.arange(ops.shape(key)[1], dtype="int32")
         return ops.expand_dims(key_positions, 0) - ops.expand_dims(query_positions, 1)
@@ -351,13 +348,13 @@ class RelativePositionBias(_PositionBias):
         **kwargs,
     ):
         super().__init__(num_heads, **kwargs)
-        self.num_buckets = _check_positive_int(num_buckets, "num_buckets")
+        self.num_buckets = positive_int(num_buckets, "num_buckets")
         min_buckets = 4 if bidirectional else 2
         if self.num_buckets < min_buckets:
             raise ValueError(
                 f"`num_buckets` must be >= {min_buckets} (bidirectional={bidirectional}); received {num_buckets}."
             )
-        self.max_distance = _check_positive_int(max_distance, "max_distance")
+        self.max_distance = positive_int(max_distance, "max_distance")
         exact = (self.num_buckets // 2 if bidirectional else self.num_buckets) // 2
         if self.max_distance <= exact:
             raise ValueError(
@@ -374,9 +371,7 @@ class RelativePositionBias(_PositionBias):
         )
 
     def call(self, query, key, start_index=0):
-        _check_rank(query.shape, (3, 4), "query", "(batch, query_length, ...)")
-        _check_rank(key.shape, (3, 4), "key", "(batch, key_length, ...)")
-        _check_start_index(start_index)
+        self._check_inputs(query, key, start_index)
         query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
         # The (T, S) matrix only holds the T + S - 1 relative positions s - (start_index + t): bucket and
         # look those up once (a one-hot matmul, so the table gets a dense gradient), then spread them out.
@@ -446,7 +441,7 @@ class ALiBi(_PositionBias):
 
     def __init__(self, num_heads, max_bias=8, **kwargs):
         super().__init__(num_heads, **kwargs)
-        self.max_bias = _check_positive(max_bias, "max_bias")
+        self.max_bias = positive_number(max_bias, "max_bias")
         self.built = True
 
     def call(self, query, key, start_index=0):

@@ -16,6 +16,8 @@ import math
 import keras
 from keras import ops
 
+from attnlayers.validation import check_rank, positive_int, positive_number
+
 _SCORES = {}
 
 
@@ -69,11 +71,6 @@ def serialize_score(identifier):
     return keras.saving.serialize_keras_object(identifier)
 
 
-def _check_rank3(shape, name):
-    if len(shape) != 3:
-        raise ValueError(f"`{name}` must have shape (batch, length, dim); received shape {tuple(shape)}.")
-
-
 class Score(keras.layers.Layer):
     """Base class of score functions.
 
@@ -96,8 +93,8 @@ class Score(keras.layers.Layer):
         return None
 
     def build(self, query_shape, key_shape):
-        _check_rank3(query_shape, "query")
-        _check_rank3(key_shape, "key")
+        check_rank(query_shape, 3, "query", "(batch, length, dim)")
+        check_rank(key_shape, 3, "key", "(batch, length, dim)")
 
     def prepare_keys(self, key):
         """Per-sequence work on the keys, (B, S, Dk) -> whatever ``score`` takes."""
@@ -146,7 +143,10 @@ def _batched_dot(query, keys):
 
 @keras.saving.register_keras_serializable(package="attnlayers")
 class DotScore(Score):
-    """``score(q, k) = q . k`` (Luong et al. 2015, eq. 8 "dot")."""
+    """``score(q, k) = q . k`` (Luong et al. 2015, eq. 8 "dot").
+
+    Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
+    """
 
     def build(self, query_shape, key_shape):
         super().build(query_shape, key_shape)
@@ -162,6 +162,8 @@ class ScaledDotScore(Score):
 
     Args:
         scale: multiply by this instead of ``1 / sqrt(d_k)``.
+
+    Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
     """
 
     def __init__(self, scale=None, **kwargs):
@@ -188,16 +190,14 @@ class GeneralScore(Score):
 
     ``prepare_keys`` computes ``W_a k`` once, so a decoder step costs one (T x S) matmul.
 
-    Why the scaled form: Adam moves every entry of W_a by about the learning rate per step, so a coherent
-    update over a few hundred steps moves the logit by ~lr * steps * |q|_1 |k|_1, which grows with Dq * Dk.
-    Measured on German-English (a Luong decoder over 512-d BiGRU states, Adam 1e-3): after 117 steps the
-    unscaled score put weight 1.00 on the final source token for every target word, and the softmax stayed
-    saturated there (no gradient to any other position: the model trained as if it had no attention);
-    scaled, the mean largest weight was 0.18 at that point and 0.31 after 234 steps. Luong et al. used SGD.
+    Under Adam the unscaled score can saturate early in training; ``scaled_general`` divides by sqrt(Dk)
+    (measurements in benchmarks/README.md).
 
     Args:
         kernel_initializer: initializer of W_a, shape (Dq, Dk).
         scaled: divide the logits by sqrt(Dk) (as scaled dot-product attention, Vaswani et al. 2017, eq. 1).
+
+    Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
     """
 
     def __init__(self, kernel_initializer="glorot_uniform", scaled=False, **kwargs):
@@ -233,9 +233,7 @@ class _PairwiseMLP(Score):
 
     def __init__(self, units=None, activation="tanh", kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        if units is not None and (not isinstance(units, int) or units <= 0):
-            raise ValueError(f"`units` must be a positive integer or None; received {units!r}.")
-        self.units = units
+        self.units = positive_int(units, "units", allow_none=True)
         self.activation = keras.activations.get(activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
@@ -285,6 +283,8 @@ class AdditiveScore(_PairwiseMLP):
     Args:
         units: width of the hidden layer; defaults to the key dim.
         kernel_initializer: initializer of W_q, W_k and v_a.
+
+    Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
     """
 
     def __init__(self, units=None, kernel_initializer="glorot_uniform", **kwargs):
@@ -315,13 +315,13 @@ class MLPScore(_PairwiseMLP):
         units: hidden width (default 64).
         depth: number of hidden layers (>= 1).
         activation: hidden activation (default "relu").
+
+    Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
     """
 
     def __init__(self, units=64, depth=1, activation="relu", **kwargs):
         super().__init__(units=units, activation=activation, **kwargs)
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"`depth` must be an integer >= 1; received {depth!r}.")
-        self.depth = depth
+        self.depth = positive_int(depth, "depth", what="the number of hidden layers, >= 1")
 
     def build(self, query_shape, key_shape):
         super().build(query_shape, key_shape)
@@ -356,16 +356,16 @@ class LocationScore(Score):
 
     Args:
         max_length: the longest source the layer can score.
+
+    Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
     """
 
     def __init__(self, max_length=None, kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        if max_length is None or not isinstance(max_length, int) or max_length <= 0:
-            raise ValueError(
-                f"LocationScore needs `max_length`, a positive integer (the longest source it can score); "
-                f"received {max_length!r}. Pass LocationScore(max_length=...) as the score."
-            )
-        self.max_length = max_length
+        self.max_length = positive_int(
+            max_length, "max_length",
+            what="the longest source LocationScore can score: pass LocationScore(max_length=...)",
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build(self, query_shape, key_shape):
@@ -408,13 +408,13 @@ class CosineScore(Score):
         temperature: tau > 0.
         trainable_temperature: learn tau.
         epsilon: guards the norm of zero vectors.
+
+    Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
     """
 
     def __init__(self, temperature=1.0, trainable_temperature=False, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
-        if not temperature > 0:
-            raise ValueError(f"`temperature` must be > 0; received {temperature!r}.")
-        self.temperature = float(temperature)
+        self.temperature = positive_number(temperature, "temperature")
         self.trainable_temperature = trainable_temperature
         self.epsilon = epsilon
 

@@ -6,25 +6,25 @@ LayerNorm(x + Sublayer(x))) or, with ``normalize_first=True``, ``x + Sublayer(La
 GPT-2 and most modern models). Names and call arguments follow keras-hub's TransformerEncoder/Decoder.
 """
 
+import collections
+
 import keras
 from keras import ops
 
-from attnlayers.masking import keras_mask
-from attnlayers.multi_head import MultiHeadAttention
+from attnlayers.masking import check_mask, keras_mask
+from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
+from attnlayers.validation import check_feature_size, check_rank, check_tensor, positive_int, rate_in_unit_interval
 
 _GATED = {"swiglu": "silu", "geglu": "gelu"}
+_SEQUENCE = "(batch, length, d_model)"
 
 
-def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer; received {value!r}.")
-    return value
-
-
-def _check_rate(value, name):
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be in [0, 1); received {value!r}.")
-    return value
+def _check_sequence(x, name, model_dim=None):
+    """A (B, L, d_model) tensor (or its shape): present, of rank 3, and of the built feature size."""
+    check_tensor(x, name, _SEQUENCE)
+    shape = x if isinstance(x, (tuple, list)) else x.shape
+    check_rank(shape, 3, name, _SEQUENCE)
+    check_feature_size(shape, model_dim, name)
 
 
 @keras.saving.register_keras_serializable(package="attnlayers")
@@ -67,9 +67,9 @@ class FeedForward(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.intermediate_dim = _check_positive_int(intermediate_dim, "intermediate_dim")
-        self.output_dim = None if output_dim is None else _check_positive_int(output_dim, "output_dim")
-        self.dropout = _check_rate(dropout, "dropout")
+        self.intermediate_dim = positive_int(intermediate_dim, "intermediate_dim")
+        self.output_dim = positive_int(output_dim, "output_dim", allow_none=True)
+        self.dropout = rate_in_unit_interval(dropout, "dropout")
         self.activation = activation
         self.gated = activation in _GATED
         self._activation = keras.activations.get(_GATED.get(activation, activation))
@@ -84,7 +84,9 @@ class FeedForward(keras.layers.Layer):
             bias_initializer=self.bias_initializer, name=name, dtype=self.dtype_policy,
         )
 
-    def build(self, inputs_shape):
+    def build(self, inputs_shape=None):
+        check_tensor(inputs_shape, "inputs", "(..., d_model)")
+        self._input_dim = inputs_shape[-1]
         hidden_shape = tuple(inputs_shape[:-1]) + (self.intermediate_dim,)
         self.intermediate_dense = self._dense(self.intermediate_dim, "intermediate_dense")
         self.intermediate_dense.build(inputs_shape)
@@ -96,6 +98,8 @@ class FeedForward(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
+        check_tensor(inputs, "inputs", "(..., d_model)")
+        check_feature_size(inputs.shape, self._input_dim, "inputs")
         hidden = self._activation(self.intermediate_dense(inputs))
         if self.gated:
             hidden = hidden * self.gate_dense(inputs)
@@ -135,13 +139,13 @@ class _Block(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = _check_positive_int(num_heads, "num_heads")
-        self.intermediate_dim = _check_positive_int(intermediate_dim, "intermediate_dim")
-        self.dropout = _check_rate(dropout, "dropout")
+        self.num_heads = positive_int(num_heads, "num_heads")
+        self.intermediate_dim = positive_int(intermediate_dim, "intermediate_dim")
+        self.dropout = rate_in_unit_interval(dropout, "dropout")
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
-        self.key_dim = None if key_dim is None else _check_positive_int(key_dim, "key_dim")
+        self.key_dim = positive_int(key_dim, "key_dim", allow_none=True)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.attention_kwargs = dict(attention_kwargs or {})
@@ -181,11 +185,22 @@ class _Block(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def _residual(self, x, norm, sublayer, training):
-        """Post-LN: LayerNorm(x + Dropout(Sublayer(x))); pre-LN: x + Dropout(Sublayer(LayerNorm(x)))."""
+        """Post-LN: LayerNorm(x + Dropout(Sublayer(x))); pre-LN: x + Dropout(Sublayer(LayerNorm(x))).
+
+        ``sublayer`` returns a tensor or an :class:`AttentionOutputs`; returns ``(y, AttentionOutputs)``
+        with ``y`` the new residual stream and the sublayer's scores and cache by name.
+        """
         out = sublayer(norm(x) if self.normalize_first else x)
-        out = out if isinstance(out, tuple) else (out,)
-        y = x + self.dropout_layer(out[0], training=training)
-        return (y if self.normalize_first else norm(y),) + out[1:]
+        out = out if isinstance(out, AttentionOutputs) else AttentionOutputs(out, None, None)
+        y = x + self.dropout_layer(out.output, training=training)
+        return (y if self.normalize_first else norm(y)), out
+
+    def _feedforward_residual(self, x, training):
+        def feedforward(h):
+            return self.feedforward(h, training=training)
+
+        y, _ = self._residual(x, self.feedforward_layer_norm, feedforward, training)
+        return y
 
     def get_config(self):
         return {
@@ -218,9 +233,73 @@ class _TracedOutputSpec:
         return super(keras.layers.Layer, self).compute_output_spec(*args, **kwargs)
 
 
-def _check_model_input(shape, name):
-    if len(shape) != 3:
-        raise ValueError(f"`{name}` must have shape (batch, length, d_model); received shape {tuple(shape)}.")
+def _check_encoder_masks(inputs, padding_mask, attention_mask):
+    """The encoder's masks, checked under its own argument names; an omitted ``padding_mask`` falls back to
+    the implicit Keras mask of ``inputs``."""
+    batch, length = inputs.shape[0], inputs.shape[1]
+    padding_mask = check_mask(padding_mask, "padding_mask", (batch, length))
+    attention_mask = check_mask(attention_mask, "attention_mask", (batch, length, length))
+    return (keras_mask(inputs) if padding_mask is None else padding_mask), attention_mask
+
+
+def _check_decoder_masks(
+    decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask, encoder_padding_mask,
+    encoder_attention_mask, self_length=None, cross_length=None,
+):
+    """The decoder's masks, checked under its own argument names against (B, T), (B, T, S_self), (B, S) and
+    (B, T, S), S_self and S being the cache lengths when there are caches; omitted padding masks fall back to
+    the implicit Keras masks of the sequences."""
+    batch, length = decoder_sequence.shape[0], decoder_sequence.shape[1]
+    self_length = length if self_length is None else self_length
+    if cross_length is None and encoder_sequence is not None:
+        cross_length = encoder_sequence.shape[1]
+    decoder_padding_mask = check_mask(decoder_padding_mask, "decoder_padding_mask", (batch, length))
+    decoder_attention_mask = check_mask(decoder_attention_mask, "decoder_attention_mask", (batch, length, self_length))
+    encoder_padding_mask = check_mask(encoder_padding_mask, "encoder_padding_mask", (batch, cross_length))
+    encoder_attention_mask = check_mask(encoder_attention_mask, "encoder_attention_mask", (batch, length, cross_length))
+    if decoder_padding_mask is None:
+        decoder_padding_mask = keras_mask(decoder_sequence)
+    if encoder_padding_mask is None and encoder_sequence is not None:
+        encoder_padding_mask = keras_mask(encoder_sequence)
+    return decoder_padding_mask, decoder_attention_mask, encoder_padding_mask, encoder_attention_mask
+
+
+class DecoderBlockOutputs(
+    collections.namedtuple(
+        "DecoderBlockOutputs", ["outputs", "self_attention_cache", "cross_attention_cache", "attention_scores"]
+    )
+):
+    """The parts of a :class:`TransformerDecoderBlock` result by name: ``outputs`` (B, T, d_model), the
+    updated caches (or None) and the scores dict (or None).
+
+    ``DecoderBlockOutputs.unpack(block(...), has_self_cache, has_cross, return_attention_scores)`` reads the
+    block's return structure; ``pack()`` builds it.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def unpack(cls, result, has_self_cache=False, has_cross=False, return_attention_scores=False):
+        if not (has_self_cache or return_attention_scores):
+            return cls(result, None, None, None)
+        result = tuple(result)
+        caches = result[1 : 1 + has_self_cache * (1 + has_cross)]
+        return cls(
+            result[0],
+            caches[0] if caches else None,
+            caches[1] if len(caches) > 1 else None,
+            result[-1] if return_attention_scores else None,
+        )
+
+    def pack(self, has_self_cache=False, has_cross=False, return_attention_scores=False):
+        """``outputs``; with a self-attention cache ``(outputs, self_attention_cache[, cross_attention_cache])``
+        (keras-hub's order); with the scores dict appended when requested."""
+        parts = (self.outputs,)
+        if has_self_cache:
+            parts += (self.self_attention_cache,) + ((self.cross_attention_cache,) if has_cross else ())
+        if return_attention_scores:
+            parts += (self.attention_scores,)
+        return parts[0] if len(parts) == 1 else parts
 
 
 @keras.saving.register_keras_serializable(package="attnlayers")
@@ -255,27 +334,27 @@ class TransformerEncoderBlock(_Block):
     >>> y = block(x, padding_mask=tokens != 0)    # (B, T, 512)
     """
 
-    def build(self, inputs_shape):
-        _check_model_input(inputs_shape, "inputs")
-        model_dim = inputs_shape[-1]
+    def build(self, inputs_shape=None):
+        _check_sequence(inputs_shape, "inputs")
+        self._model_dim = model_dim = inputs_shape[-1]
         self.self_attention = self._attention("self_attention", model_dim, inputs_shape, inputs_shape)
         self.self_attention_layer_norm = self._norm("self_attention_layer_norm", inputs_shape)
         self._feedforward(inputs_shape)
 
     def call(self, inputs, padding_mask=None, attention_mask=None, return_attention_scores=False, training=None):
-        _check_model_input(inputs.shape, "inputs")
-        if padding_mask is None:
-            padding_mask = keras_mask(inputs)
+        _check_sequence(inputs, "inputs", self._model_dim)
+        padding_mask, attention_mask = _check_encoder_masks(inputs, padding_mask, attention_mask)
 
         def attend(x):
-            return self.self_attention(
+            out = self.self_attention(
                 x, x, query_mask=padding_mask, value_mask=padding_mask, attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores, training=training,
             )
+            return AttentionOutputs.unpack(out, return_attention_scores)
 
-        x, *scores = self._residual(inputs, self.self_attention_layer_norm, attend, training)
-        (x,) = self._residual(x, self.feedforward_layer_norm, lambda h: self.feedforward(h, training=training), training)
-        return (x, scores[0]) if return_attention_scores else x
+        x, attended = self._residual(inputs, self.self_attention_layer_norm, attend, training)
+        x = self._feedforward_residual(x, training)
+        return (x, attended.scores) if return_attention_scores else x
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)
@@ -302,7 +381,7 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
         decoder_sequence: (B, T, d_model).
         encoder_sequence: (B, S, d_model) encoder memory, or None (decoder-only).
         decoder_padding_mask: (B, T); the implicit mask of ``decoder_sequence`` is used when omitted.
-        decoder_attention_mask: (B, T, T) extra self-attention mask.
+        decoder_attention_mask: (B, T, T) extra self-attention mask ((B, T, S_max) with a cache).
         encoder_padding_mask: (B, S); the implicit mask of ``encoder_sequence`` is used when omitted.
         encoder_attention_mask: (B, T, S) extra cross-attention mask.
         self_attention_cache: (B, 2, S_max, N, H) key/value cache of the self-attention.
@@ -318,17 +397,19 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
     Returns:
         ``outputs`` (B, T, d_model); with a self-attention cache ``(outputs, self_attention_cache[,
         cross_attention_cache])`` (keras-hub's order), with the scores dict appended when requested.
+        :meth:`DecoderBlockOutputs.unpack` names the parts.
 
     Example:
     >>> block = TransformerDecoderBlock(num_heads=8, intermediate_dim=2048)
     >>> y = block(target_embeddings, encoder_outputs, encoder_padding_mask=source != 0)
     """
 
-    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
-        _check_model_input(decoder_sequence_shape, "decoder_sequence")
+    def build(self, decoder_sequence_shape=None, encoder_sequence_shape=None):
+        _check_sequence(decoder_sequence_shape, "decoder_sequence")
         if encoder_sequence_shape is not None:
-            _check_model_input(encoder_sequence_shape, "encoder_sequence")
-        model_dim = decoder_sequence_shape[-1]
+            _check_sequence(encoder_sequence_shape, "encoder_sequence")
+        self._model_dim = model_dim = decoder_sequence_shape[-1]
+        self._encoder_dim = None if encoder_sequence_shape is None else encoder_sequence_shape[-1]
         self.self_attention = self._attention(
             "self_attention", model_dim, decoder_sequence_shape, decoder_sequence_shape
         )
@@ -357,7 +438,55 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
         return_attention_scores=False,
         training=None,
     ):
-        _check_model_input(decoder_sequence.shape, "decoder_sequence")
+        self._check_inputs(decoder_sequence, encoder_sequence, cross_attention_cache)
+        decoder_padding_mask, decoder_attention_mask, encoder_padding_mask, encoder_attention_mask = (
+            _check_decoder_masks(
+                decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask,
+                encoder_padding_mask, encoder_attention_mask,
+                self_length=None if self_attention_cache is None else self_attention_cache.shape[2],
+                cross_length=None if cross_attention_cache is None else cross_attention_cache.shape[2],
+            )
+        )
+        has_self_cache = self_attention_cache is not None
+
+        def self_attend(x):
+            # With a cache, the keys' padding lives in the cache (masked beyond the written positions).
+            out = self.self_attention(
+                x, x,
+                query_mask=decoder_padding_mask,
+                value_mask=None if has_self_cache else decoder_padding_mask,
+                attention_mask=decoder_attention_mask, use_causal_mask=use_causal_mask,
+                return_attention_scores=return_attention_scores, training=training,
+                cache=self_attention_cache, cache_update_index=self_attention_cache_update_index,
+            )
+            return AttentionOutputs.unpack(out, return_attention_scores, has_self_cache)
+
+        x, attended = self._residual(decoder_sequence, self.self_attention_layer_norm, self_attend, training)
+        result = DecoderBlockOutputs(None, attended.cache, cross_attention_cache, {})
+        if return_attention_scores:
+            result.attention_scores["self_attention"] = attended.scores
+        if self.cross_attention is not None:
+            memory = encoder_sequence if encoder_sequence is not None else x  # unused with a static cache
+
+            def cross_attend(h):
+                out = self.cross_attention(
+                    h, memory, query_mask=decoder_padding_mask, value_mask=encoder_padding_mask,
+                    attention_mask=encoder_attention_mask, return_attention_scores=return_attention_scores,
+                    training=training, cache=cross_attention_cache,
+                    cache_update_index=cross_attention_cache_update_index,
+                )
+                return AttentionOutputs.unpack(out, return_attention_scores, cross_attention_cache is not None)
+
+            x, attended = self._residual(x, self.cross_attention_layer_norm, cross_attend, training)
+            result = result._replace(cross_attention_cache=attended.cache)
+            if return_attention_scores:
+                result.attention_scores["cross_attention"] = attended.scores
+        x = self._feedforward_residual(x, training)
+        has_cross = self.cross_attention is not None
+        return result._replace(outputs=x).pack(has_self_cache, has_cross, return_attention_scores)
+
+    def _check_inputs(self, decoder_sequence, encoder_sequence, cross_attention_cache):
+        _check_sequence(decoder_sequence, "decoder_sequence", self._model_dim)
         has_cross = self.cross_attention is not None
         if encoder_sequence is not None and not has_cross:
             raise ValueError(
@@ -370,7 +499,7 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
                 "`cross_attention_cache`)."
             )
         if encoder_sequence is not None:
-            _check_model_input(encoder_sequence.shape, "encoder_sequence")
+            _check_sequence(encoder_sequence, "encoder_sequence", self._encoder_dim)
             if None not in (encoder_sequence.shape[0], decoder_sequence.shape[0]) and (
                 encoder_sequence.shape[0] != decoder_sequence.shape[0]
             ):
@@ -378,56 +507,6 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
                     f"`encoder_sequence` and `decoder_sequence` must have the same batch size; received "
                     f"{encoder_sequence.shape[0]} and {decoder_sequence.shape[0]}."
                 )
-        if decoder_padding_mask is None:
-            decoder_padding_mask = keras_mask(decoder_sequence)
-        if encoder_padding_mask is None and encoder_sequence is not None:
-            encoder_padding_mask = keras_mask(encoder_sequence)
-        scores = {}
-
-        def self_attend(x):
-            # With a cache, the keys' padding lives in the cache (masked beyond the written positions).
-            out = self.self_attention(
-                x, x,
-                query_mask=decoder_padding_mask,
-                value_mask=decoder_padding_mask if self_attention_cache is None else None,
-                attention_mask=decoder_attention_mask, use_causal_mask=use_causal_mask,
-                return_attention_scores=return_attention_scores, training=training,
-                cache=self_attention_cache, cache_update_index=self_attention_cache_update_index,
-            )
-            return out if isinstance(out, tuple) else (out,)
-
-        x, *extra = self._residual(decoder_sequence, self.self_attention_layer_norm, self_attend, training)
-        if return_attention_scores:
-            scores["self_attention"] = extra.pop(0)
-        new_self_cache = extra[0] if extra else None
-
-        new_cross_cache = None
-        if has_cross:
-            memory = encoder_sequence if encoder_sequence is not None else x  # unused with a static cache
-
-            def cross_attend(h):
-                out = self.cross_attention(
-                    h, memory, query_mask=decoder_padding_mask, value_mask=encoder_padding_mask,
-                    attention_mask=encoder_attention_mask, return_attention_scores=return_attention_scores,
-                    training=training, cache=cross_attention_cache,
-                    cache_update_index=cross_attention_cache_update_index,
-                )
-                return out if isinstance(out, tuple) else (out,)
-
-            x, *extra = self._residual(x, self.cross_attention_layer_norm, cross_attend, training)
-            if return_attention_scores:
-                scores["cross_attention"] = extra.pop(0)
-            new_cross_cache = extra[0] if extra else None
-
-        (x,) = self._residual(x, self.feedforward_layer_norm, lambda h: self.feedforward(h, training=training), training)
-        outputs = (x,)
-        if self_attention_cache is not None:
-            outputs += (new_self_cache,)
-            if has_cross:
-                outputs += (new_cross_cache if new_cross_cache is not None else cross_attention_cache,)
-        if return_attention_scores:
-            outputs += (scores,)
-        return outputs[0] if len(outputs) == 1 else outputs
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)
@@ -444,7 +523,7 @@ class _Stack(_TracedOutputSpec, keras.layers.Layer):
 
     def __init__(self, num_layers, num_heads, intermediate_dim, **block_kwargs):
         super().__init__(**{k: block_kwargs.pop(k) for k in ("name", "dtype", "trainable") if k in block_kwargs})
-        self.num_layers = _check_positive_int(num_layers, "num_layers")
+        self.num_layers = positive_int(num_layers, "num_layers")
         self.block_kwargs = {"num_heads": num_heads, "intermediate_dim": intermediate_dim, **block_kwargs}
         self.blocks = _stack_layers(self.block_class, num_layers, self.block_kwargs, self.dtype_policy)
         self.final_layer_norm = None
@@ -506,7 +585,8 @@ class TransformerEncoder(_Stack):
 
     block_class = TransformerEncoderBlock
 
-    def build(self, inputs_shape):
+    def build(self, inputs_shape=None):
+        _check_sequence(inputs_shape, "inputs")
         for block in self.blocks:
             block.build(inputs_shape)
         if self.final_layer_norm is not None:
@@ -516,8 +596,8 @@ class TransformerEncoder(_Stack):
         self, inputs, padding_mask=None, attention_mask=None, return_hidden_states=False,
         return_attention_scores=False, training=None,
     ):
-        if padding_mask is None:
-            padding_mask = keras_mask(inputs)
+        check_tensor(inputs, "inputs", _SEQUENCE)
+        padding_mask, attention_mask = _check_encoder_masks(inputs, padding_mask, attention_mask)
         x, hidden_states, attention_scores = inputs, [], []
         for block in self.blocks:
             out = block(x, padding_mask=padding_mask, attention_mask=attention_mask,
@@ -564,7 +644,8 @@ class TransformerDecoder(_Stack):
 
     block_class = TransformerDecoderBlock
 
-    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+    def build(self, decoder_sequence_shape=None, encoder_sequence_shape=None):
+        _check_sequence(decoder_sequence_shape, "decoder_sequence")
         for block in self.blocks:
             block.build(decoder_sequence_shape, encoder_sequence_shape)
         if self.final_layer_norm is not None:
@@ -593,10 +674,15 @@ class TransformerDecoder(_Stack):
                     f"`{name}` must have shape (batch, num_layers={self.num_layers}, 2, length, heads, head_dim); "
                     f"received shape {tuple(cache.shape)}."
                 )
-        if decoder_padding_mask is None:
-            decoder_padding_mask = keras_mask(decoder_sequence)
-        if encoder_padding_mask is None and encoder_sequence is not None:
-            encoder_padding_mask = keras_mask(encoder_sequence)
+        check_tensor(decoder_sequence, "decoder_sequence", _SEQUENCE)
+        decoder_padding_mask, decoder_attention_mask, encoder_padding_mask, encoder_attention_mask = (
+            _check_decoder_masks(
+                decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask,
+                encoder_padding_mask, encoder_attention_mask,
+                self_length=None if self_attention_cache is None else self_attention_cache.shape[3],
+                cross_length=None if cross_attention_cache is None else cross_attention_cache.shape[3],
+            )
+        )
         x, hidden_states, attention_scores = decoder_sequence, [], []
         self_caches, cross_caches = [], []
         for i, block in enumerate(self.blocks):
@@ -611,14 +697,16 @@ class TransformerDecoder(_Stack):
                 use_causal_mask=use_causal_mask, return_attention_scores=return_attention_scores,
                 training=training,
             )
-            out = list(out) if isinstance(out, tuple) else [out]
-            x = out.pop(0)
+            out = DecoderBlockOutputs.unpack(
+                out, self_attention_cache is not None, block.cross_attention is not None, return_attention_scores
+            )
+            x = out.outputs
             if self_attention_cache is not None:
-                self_caches.append(out.pop(0))
+                self_caches.append(out.self_attention_cache)
                 if block.cross_attention is not None:
-                    cross_caches.append(out.pop(0))
+                    cross_caches.append(out.cross_attention_cache)
             if return_attention_scores:
-                attention_scores.append(out.pop(0))
+                attention_scores.append(out.attention_scores)
             hidden_states.append(x)
         result = self._finish(x, hidden_states, attention_scores, return_hidden_states, return_attention_scores)
         if self_attention_cache is None:

@@ -107,3 +107,18 @@ def test_bad_call_arguments():
         layer(TOKENS, segment_ids=np.zeros_like(TOKENS))
     with pytest.raises(ValueError, match="reverse=True"):
         TokenAndPositionEmbedding(V, 8, D)(np.zeros((B, T, D + 1), "float32"), reverse=True)
+
+
+def test_missing_inputs_and_changed_feature_size():
+    for built in (False, True):
+        layer = TokenAndPositionEmbedding(V, 8, D)
+        if built:
+            layer(TOKENS)
+        with pytest.raises(ValueError, match="`inputs` is required"):
+            layer(None)
+    layer = TokenAndPositionEmbedding(V, 8, D)
+    layer(TOKENS)
+    with pytest.raises(ValueError, match=rf"`inputs` must have last axis {D} \(embedding_dim, with reverse=True\)"):
+        layer(np.zeros((B, T, D - 1), "float32"), reverse=True)
+    with pytest.raises(ValueError, match=r"`inputs` must have shape \(batch, length\)"):
+        layer(np.zeros((B, T, D), "float32"))

@@ -10,7 +10,7 @@ import pytest
 from harness import check_gradients, run_layer_test
 from keras import ops
 
-from attnlayers.multi_head import MultiHeadAttention
+from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.positional import ALiBi, RelativePositionBias, RotaryEmbedding
 from attnlayers.scoring import DotScore, GeneralScore, ScaledDotScore
 
@@ -238,6 +238,63 @@ def test_keras_weight_compatibility(rng):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Extension points and the return convention
+
+
+def test_compute_attention_override_is_used(rng):
+    """A subclass overriding keras' `_compute_attention` (keras' signature) gets the projected per-head
+    tensors and the assembled mask, and its result becomes the layer's output and scores."""
+    q, v = _data(rng)
+    seen = []
+
+    class UniformAttention(MultiHeadAttention):
+        def _compute_attention(self, query, key, value, attention_mask=None, training=None):
+            seen.append((tuple(query.shape), tuple(key.shape), tuple(value.shape), tuple(attention_mask.shape)))
+            weights = ops.where(ops.expand_dims(attention_mask, 1), 1.0, 0.0)  # (B, 1, T, S)
+            weights = ops.broadcast_to(weights, (B, self.num_heads, T, S))
+            weights = weights / ops.maximum(ops.sum(weights, axis=-1, keepdims=True), 1.0)
+            return ops.einsum("bnts,bsnh->btnh", weights, value), weights
+
+    layer = UniformAttention(N, H, value_dim=3, bias_initializer="random_normal")
+    value_mask = np.array([[True] * S, [True, True, False, False, False]])
+    out, scores = layer(q, v, value_mask=value_mask, return_attention_scores=True)
+    assert seen[-1] == ((B, T, N, H), (B, S, N, H), (B, S, N, 3), (B, 1, S))
+    expected = np.broadcast_to(value_mask[:, None, None, :] / value_mask.sum(-1)[:, None, None, None], (B, N, T, S))
+    np.testing.assert_allclose(_np(scores), expected, atol=1e-6)
+    wq, bq, wk, bk, wv, bv, wo, bo = layer.get_weights()
+    heads = np.einsum("bnts,bsnh->btnh", expected, np.einsum("bsd,dnh->bsnh", v, wv) + bv)
+    np.testing.assert_allclose(_np(out), np.einsum("btnh,nhd->btd", heads, wo) + bo, atol=1e-5)
+
+
+def test_attention_outputs_pack_and_unpack():
+    o, s, c = "output", "scores", "cache"
+    for scores, cache, packed in [(False, False, o), (True, False, (o, s)), (False, True, (o, c)), (True, True, (o, s, c))]:
+        parts = AttentionOutputs(o, s if scores else None, c if cache else None)
+        assert parts.pack(scores) == packed
+        assert AttentionOutputs.unpack(packed, scores, cache) == parts
+
+
+def test_large_negative_attention_bias_under_mixed_precision(rng):
+    """A -1e9 bias over a whole row is -inf in float16 (Keras casts the argument to the compute dtype):
+    the weights stay finite and agree with float32 under every policy."""
+    q, v = _data(rng)
+    bias = np.zeros((B, 1, T, S), "float32")
+    bias[:, :, 0, :] = -1e9  # query 0: every key biased away
+    bias[:, :, 1, :2] = -1e9  # query 1: two keys
+    reference = MultiHeadAttention(N, H, bias_initializer="random_normal")
+    ref_out, ref_scores = [_np(x) for x in reference(q, v, attention_bias=bias, return_attention_scores=True)]
+    for policy in ("mixed_float16", "mixed_bfloat16"):
+        layer = MultiHeadAttention(N, H, dtype=policy)
+        layer(q, v)
+        layer.set_weights(reference.get_weights())
+        out, scores = [_np(x) for x in layer(q, v, attention_bias=bias, return_attention_scores=True)]
+        assert np.all(np.isfinite(scores)) and np.all(np.isfinite(out)), policy
+        assert np.all(scores[:, :, 1, :2] == 0), policy
+        np.testing.assert_allclose(scores, ref_scores, atol=2e-2, err_msg=policy)
+        np.testing.assert_allclose(out, ref_out, atol=1e-1, err_msg=policy)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # KV cache
 
 
@@ -399,3 +456,26 @@ def test_errors(rng):
         MultiHeadAttention(N, H, position_bias=ALiBi(3))(q, v)
     with pytest.raises(ValueError, match="key_dim == value_dim"):
         MultiHeadAttention(N, H, value_dim=2)(q, q, cache=cache, cache_update_index=0)
+
+
+def test_missing_inputs_and_changed_feature_size(rng):
+    q, v = _data(rng)
+    for call, match in [
+        (lambda layer: layer(None, v), "`query` is required"),
+        (lambda layer: layer(q, None), "`value` is required"),
+    ]:
+        for built in (False, True):
+            layer = MultiHeadAttention(N, H)
+            if built:
+                layer(q, v)
+            with pytest.raises(ValueError, match=match):
+                call(layer)
+    layer = MultiHeadAttention(N, H)
+    layer(q, v)
+    for call, match in [
+        (lambda: layer(q[..., :6], v), r"`query` must have last axis 8 .*received shape \(2, 3, 6\)"),
+        (lambda: layer(q, v[..., :6]), r"`value` must have last axis 8"),
+        (lambda: layer(q, v, v[..., :6]), r"`key` must have last axis 8"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()

@@ -291,3 +291,20 @@ def test_errors():
     ]:
         with pytest.raises(ValueError, match=match):
             call()
+
+
+def test_missing_inputs_and_changed_feature_size():
+    x = np.zeros((B, T, D), "float32")
+    for call, match in [
+        (lambda: P.SinusoidalPositionEncoding()(None), "`inputs` is required"),
+        (lambda: P.PositionEmbedding(sequence_length=8)(None), "`inputs` is required"),
+        (lambda: P.RotaryEmbedding()(None), "`inputs` is required"),
+        (lambda: P.ALiBi(N)(None, x), "`query` is required"),
+        (lambda: P.RelativePositionBias(N)(x, None), "`key` is required"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()
+    embedding = P.PositionEmbedding(sequence_length=8)
+    embedding(x)
+    with pytest.raises(ValueError, match=rf"`inputs` must have last axis {D} .*received shape \(2, 4, 3\)"):
+        embedding(x[..., :3])

@@ -253,3 +253,94 @@ def test_bad_input(data):
     for kwargs in ({"num_heads": 0}, {"dropout": 1.5}, {"intermediate_dim": -1}):
         with pytest.raises(ValueError):
             TransformerEncoderBlock(**{"num_heads": N, "intermediate_dim": F, **kwargs})
+
+
+# ---- masks are checked under the caller's argument names ---------------------------------------------------
+
+
+def _mask_error(call, name):
+    with pytest.raises(ValueError, match=f"`{name}`") as error:
+        call()
+    message = str(error.value)
+    assert "query_mask" not in message and "value_mask" not in message, message
+
+
+def test_block_masks_are_reported_under_their_own_names(data):
+    x, memory = data
+    encoder = TransformerEncoderBlock(N, F)
+    encoder(x)
+    decoder = TransformerDecoderBlock(N, F)
+    decoder(x, memory)
+    cases = [
+        (lambda: encoder(x, padding_mask=np.ones((B, T + 1), bool)), "padding_mask"),
+        (lambda: encoder(x, padding_mask=np.ones((B, T), "float32")), "padding_mask"),
+        (lambda: encoder(x, attention_mask=np.ones((B, T, T + 1), bool)), "attention_mask"),
+        (lambda: decoder(x, memory, decoder_padding_mask=np.ones((B, S), bool)), "decoder_padding_mask"),
+        (lambda: decoder(x, memory, decoder_attention_mask=np.ones((B, T, S), bool)), "decoder_attention_mask"),
+        (lambda: decoder(x, memory, encoder_padding_mask=np.ones((B, T), bool)), "encoder_padding_mask"),
+        (lambda: decoder(x, memory, encoder_attention_mask=np.ones((B, T, T), bool)), "encoder_attention_mask"),
+        # With a cache the self-attention keys are the cache positions: (B, 1, S_max) for one step.
+        (lambda: decoder(x[:, :1], memory, decoder_attention_mask=np.ones((B, 1, 3), bool),
+                         self_attention_cache=ops.zeros((B, 2, T, N, D // N)), self_attention_cache_update_index=0),
+         "decoder_attention_mask"),
+    ]
+    for call, name in cases:
+        _mask_error(call, name)
+
+
+def test_stack_masks_are_reported_under_their_own_names(data):
+    x, memory = data
+    encoder = TransformerEncoder(2, N, F)
+    decoder = TransformerDecoder(2, N, F)
+    _mask_error(lambda: encoder(x, padding_mask=np.ones((B, S), bool)), "padding_mask")
+    _mask_error(lambda: encoder(x, attention_mask=np.ones((B, S, S), bool)), "attention_mask")
+    _mask_error(lambda: decoder(x, memory, decoder_padding_mask=np.ones((B, S), bool)), "decoder_padding_mask")
+    _mask_error(lambda: decoder(x, memory, encoder_padding_mask=np.ones((B, T), bool)), "encoder_padding_mask")
+    _mask_error(lambda: decoder(x, memory, encoder_attention_mask=np.ones((B, T, T), bool)), "encoder_attention_mask")
+
+
+# ---- missing inputs and a feature size other than the built one -------------------------------------------
+
+
+def test_missing_inputs_and_changed_feature_size(data):
+    x, memory = data
+    for make, call, match in [
+        (lambda: FeedForward(F), lambda layer: layer(None), "`inputs` is required"),
+        (lambda: TransformerEncoderBlock(N, F), lambda layer: layer(None), "`inputs` is required"),
+        (lambda: TransformerDecoderBlock(N, F), lambda layer: layer(None, memory), "`decoder_sequence` is required"),
+        (lambda: TransformerEncoder(2, N, F), lambda layer: layer(None), "`inputs` is required"),
+        (lambda: TransformerDecoder(2, N, F), lambda layer: layer(None, memory), "`decoder_sequence` is required"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call(make())
+    narrow, memory_narrow = x[..., : D - 2], memory[..., : D - 2]
+    ffn, encoder, decoder = FeedForward(F), TransformerEncoderBlock(N, F), TransformerDecoderBlock(N, F)
+    ffn(x), encoder(x), decoder(x, memory)
+    encoder_stack, decoder_stack = TransformerEncoder(2, N, F), TransformerDecoder(2, N, F)
+    encoder_stack(x), decoder_stack(x, memory)
+    for call, match in [
+        (lambda: ffn(narrow), rf"`inputs` must have last axis {D}"),
+        (lambda: encoder(narrow), rf"`inputs` must have last axis {D}"),
+        (lambda: encoder(None), "`inputs` is required"),
+        (lambda: decoder(narrow, memory), rf"`decoder_sequence` must have last axis {D}"),
+        (lambda: decoder(x, memory_narrow), rf"`encoder_sequence` must have last axis {D}"),
+        (lambda: encoder_stack(narrow), rf"`inputs` must have last axis {D}"),
+        (lambda: decoder_stack(x, memory_narrow), rf"`encoder_sequence` must have last axis {D}"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
+def test_decoder_block_outputs_pack_and_unpack():
+    from attnlayers.transformer import DecoderBlockOutputs
+
+    o, c1, c2, s = "outputs", "self", "cross", {"self_attention": 1}
+    for has_self, has_cross, scores, packed in [
+        (False, True, False, o), (False, True, True, (o, s)), (True, False, False, (o, c1)),
+        (True, True, False, (o, c1, c2)), (True, True, True, (o, c1, c2, s)), (True, False, True, (o, c1, s)),
+    ]:
+        parts = DecoderBlockOutputs(
+            o, c1 if has_self else None, c2 if has_self and has_cross else None, s if scores else None
+        )
+        assert parts.pack(has_self, has_cross, scores) == packed
+        assert DecoderBlockOutputs.unpack(packed, has_self, has_cross, scores) == parts
