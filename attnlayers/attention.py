@@ -11,34 +11,56 @@ from keras import ops
 
 from attnlayers import masking
 from attnlayers.scoring import get_score, serialize_score
+from attnlayers.validation import (
+    check_feature_size,
+    check_rank,
+    check_tensor,
+    format_shape,
+    positive_int,
+    rate_in_unit_interval,
+    same_size,
+)
 
-
-def _check_rank(shape, ranks, name, layout):
-    if len(shape) not in ranks:
-        raise ValueError(f"`{name}` must have shape {layout}; received shape {tuple(shape)}.")
-
-
-def _check_same(a, b, what):
-    if a is not None and b is not None and a != b:
-        raise ValueError(what.format(a=a, b=b))
+QUERY_LAYOUT = "(batch, target_length, query_dim), or (batch, query_dim) for one step"
+VALUE_LAYOUT = "(batch, source_length, value_dim)"
+KEY_LAYOUT = "(batch, source_length, key_dim)"
 
 
 def check_attention_shapes(query_shape, value_shape, key_shape=None):
     """Validates ranks, batch sizes and lengths of single-head attention inputs (static shapes)."""
     key_shape = value_shape if key_shape is None else key_shape
-    _check_rank(query_shape, (2, 3), "query", "(batch, target_length, query_dim), or (batch, query_dim) for one step")
-    _check_rank(value_shape, (3,), "value", "(batch, source_length, value_dim)")
-    _check_rank(key_shape, (3,), "key", "(batch, source_length, key_dim)")
-    same_batch = "`{0}` and `value` must have the same batch size; received {{a}} and {{b}}."
-    _check_same(query_shape[0], value_shape[0], same_batch.format("query"))
-    _check_same(key_shape[0], value_shape[0], same_batch.format("key"))
-    _check_same(key_shape[1], value_shape[1], "`key` and `value` must have the same source length; received {a} and {b}.")
+    check_rank(query_shape, (2, 3), "query", QUERY_LAYOUT)
+    _check_memory_shapes(value_shape, key_shape)
+    if not same_size(query_shape[0], value_shape[0]):
+        raise ValueError(
+            f"`query` and `value` must have the same batch size; received query shape {format_shape(query_shape)} "
+            f"and value shape {format_shape(value_shape)}."
+        )
+
+
+def _check_memory_shapes(value_shape, key_shape):
+    check_rank(value_shape, 3, "value", VALUE_LAYOUT)
+    check_rank(key_shape, 3, "key", KEY_LAYOUT)
+    if not same_size(key_shape[0], value_shape[0]):
+        raise ValueError(
+            f"`key` and `value` must have the same batch size; received key shape {format_shape(key_shape)} and "
+            f"value shape {format_shape(value_shape)}."
+        )
+    if not same_size(key_shape[1], value_shape[1]):
+        raise ValueError(
+            f"`key` and `value` must have the same source length; received key shape {format_shape(key_shape)} "
+            f"and value shape {format_shape(value_shape)}."
+        )
 
 
 class AttentionBase(keras.layers.Layer):
     """Shared machinery: input and mask validation, the score, masking, dropout and the weighted sum.
 
     Subclasses override :meth:`compute_weights`. Not meant to be used directly.
+
+    Two public entry points share one body (score, :meth:`compute_weights`, dropout, weighted sum):
+    the layer's ``call`` for whole query sequences, and :meth:`prepare_memory` + :meth:`attend_step` for a
+    decoder that attends over the same memory at every step (the key-side work is done once per source).
 
     Args:
         score: a score name (see ``attnlayers.scoring.available_scores()``), a ``Score`` instance, or a
@@ -47,10 +69,13 @@ class AttentionBase(keras.layers.Layer):
         seed: seed of the dropout.
     """
 
+    #: True for layers whose weights are sampled (``HardAttention``): their ``attend_step`` and ``call`` can
+    #: also return the sample's log-probability and the distribution's entropy (``return_sample=True``).
+    stochastic = False
+
     def __init__(self, score="dot", dropout=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1); received {dropout!r}.")
+        dropout = rate_in_unit_interval(dropout, "dropout")
         self._score_identifier = score
         if isinstance(score, str):
             self.scorer = get_score(score, dtype=self.dtype_policy)
@@ -60,19 +85,130 @@ class AttentionBase(keras.layers.Layer):
         self.seed = seed
         self.dropout_layer = keras.layers.Dropout(dropout, seed=seed) if dropout > 0 else None
         self.supports_masking = True
+        self._query_dim = self._key_dim = None
 
     def _build_score(self, query_shape, key_shape):
         query_shape = tuple(query_shape)
-        if len(query_shape) not in (2, 3):
-            raise ValueError(f"`query` must have rank 2 or 3; received shape {query_shape}.")
+        check_rank(query_shape, (2, 3), "query", QUERY_LAYOUT)
         if len(query_shape) == 2:
             query_shape = (query_shape[0], 1, query_shape[1])
+        self._query_dim, self._key_dim = query_shape[-1], tuple(key_shape)[-1]
         if not self.scorer.built:
             self.scorer.build(query_shape, tuple(key_shape))
 
-    def compute_weights(self, logits, mask, *, query, value_mask, training):
-        """Turns logits (B, T, S) and a boolean mask (broadcastable) into weights (B, T, S)."""
+    def _check_built(self, what):
+        if not self.built:
+            raise ValueError(
+                f"{type(self).__name__}.{what} needs a built layer: call it on a query and value first, or call "
+                f"build(query_shape, value_shape)."
+            )
+
+    def compute_weights(self, logits, mask, *, query, value_mask, training, index=None):
+        """Turns logits into weights: the one method subclasses implement.
+
+        Args:
+            logits: (B, T, S) scores.
+            mask: boolean, broadcastable to (B, T, S) (True = may attend), or None.
+            query: (B, T, Dq) the queries (local-p predicts p_t from them).
+            value_mask: (B, S) boolean padding mask of the memory, or None.
+            training: whether the layer is training.
+            index: position of query 0 in the target sequence (int or scalar tensor; None = 0). Local-m
+                attention centres its window there (p_t = index + t); the other layers ignore it.
+
+        Returns:
+            Weights (B, T, S).
+        """
         raise NotImplementedError
+
+    def _weights_and_sample(self, logits, mask, *, query, value_mask, training, index=None):
+        """Weights (B, T, S) and, for a stochastic layer, the sample statistics ``{"log_prob": (B, T),
+        "entropy": (B, T)}`` as explicit values (None for a deterministic layer)."""
+        weights = self.compute_weights(logits, mask, query=query, value_mask=value_mask, training=training,
+                                       index=index)
+        return weights, None
+
+    # ------------------------------------------------------------------------------------------------------
+    # The prepared-memory path: one body for call and attend_step
+
+    def prepare_memory(self, value, key=None, value_mask=None):
+        """The key-side work of attention over one memory, done once per source sequence.
+
+        Args:
+            value: (B, S, Dv) values (annotation vectors / encoder states).
+            key: (B, S, Dk) keys; defaults to ``value``.
+            value_mask: (B, S) boolean / 0-1 padding mask of the memory (True = real), or None.
+
+        Returns:
+            A dict of tensors, each with the batch on axis 0 (so beam search can repeat them):
+            ``"value"`` (B, S, Dv) in the layer's compute dtype; ``"keys"``: the score's
+            ``prepare_keys(key)`` (e.g. W_a h_s for "general", U_a h_j for "additive"), often (B, S, units);
+            ``"value_mask"``: (B, S) boolean, or None when no mask was given.
+        """
+        self._check_built("prepare_memory")
+        value = ops.convert_to_tensor(check_tensor(value, "value", VALUE_LAYOUT))
+        key = value if key is None else ops.convert_to_tensor(key)
+        _check_memory_shapes(value.shape, key.shape)
+        check_feature_size(key.shape, self._key_dim, "key" if key is not value else "value")
+        value_mask = masking.check_mask(value_mask, "value_mask", (value.shape[0], value.shape[1]))
+        keys = self.scorer.prepare_keys(ops.cast(key, self.scorer.compute_dtype))
+        return {"value": ops.cast(value, self.compute_dtype), "keys": keys, "value_mask": value_mask}
+
+    def attend_step(self, query, memory, index=None, training=None, return_sample=False):
+        """Attention of one query per sequence (a decoder step) over a prepared memory.
+
+        Args:
+            query: (B, Dq) the decoder state.
+            memory: the dict from :meth:`prepare_memory` (or those entries repeated for beam search).
+            index: the step's position t in the target sequence (int or scalar tensor); local-m attention
+                uses it as p_t = t, the other layers ignore it.
+            training: enables dropout (and sampling for ``HardAttention``).
+            return_sample: (stochastic layers only) also return ``{"log_prob": (B,), "entropy": (B,)}``:
+                log p(s_t) of the sampled position(s) and the entropy H(alpha_t) of the distribution.
+
+        Returns:
+            ``(context, weights)``: context (B, Dv) = sum_s a_t(s) v_s and the weights a_t (B, S) actually
+            applied (after dropout); with ``return_sample`` also the sample dict.
+        """
+        self._check_built("attend_step")
+        query = ops.convert_to_tensor(check_tensor(query, "query", "(batch, query_dim)"))
+        check_rank(query.shape, 2, "query", "(batch, query_dim)")
+        check_feature_size(query.shape, self._query_dim, "query")
+        self._check_return_sample(return_sample)
+        value_mask = memory["value_mask"]
+        mask = None if value_mask is None else ops.expand_dims(value_mask, 1)  # (B, 1, S)
+        # Always the side-effect-free path: a loop body (scan / while) can neither add losses nor record values.
+        context, weights, sample = self._attend_prepared(ops.expand_dims(query, 1), memory, mask, index, training,
+                                                         explicit=True)
+        outputs = (ops.squeeze(context, 1), ops.squeeze(weights, 1))
+        if return_sample:
+            outputs += ({k: ops.squeeze(v, 1) for k, v in sample.items()},)
+        return outputs
+
+    def _check_return_sample(self, return_sample):
+        if return_sample and not self.stochastic:
+            raise ValueError(
+                f"`return_sample=True` needs an attention layer that samples (HardAttention); received "
+                f"{type(self).__name__}, whose weights are deterministic."
+            )
+
+    def _attend_prepared(self, query, memory, mask, index, training, explicit):
+        """query (B, T, Dq), a prepared memory, a mask broadcastable to (B, T, S) -> context (B, T, Dv),
+        weights (B, T, S), sample statistics (a dict of (B, T) for a stochastic layer when ``explicit``, else
+        None). ``explicit``: weights from :meth:`_weights_and_sample`, which has no side effects; otherwise
+        from :meth:`compute_weights`."""
+        scorer_query = ops.cast(query, self.scorer.compute_dtype)
+        # A Score instance passed in keeps its own dtype policy; weights follow this layer's.
+        logits = ops.cast(self.scorer.score(scorer_query, memory["keys"]), self.compute_dtype)
+        kwargs = {"query": query, "value_mask": memory["value_mask"], "training": training, "index": index}
+        if explicit:
+            weights, sample = self._weights_and_sample(logits, mask, **kwargs)
+        else:
+            weights, sample = self.compute_weights(logits, mask, **kwargs), None
+        if self.dropout_layer is not None:
+            # The returned weights are the ones applied, dropout included.
+            weights = self.dropout_layer(weights, training=training)
+        context = ops.matmul(weights, ops.cast(memory["value"], weights.dtype))  # c_t = sum_s a_t(s) v_s
+        return context, weights, sample
 
     def _attend(
         self,
@@ -85,10 +221,15 @@ class AttentionBase(keras.layers.Layer):
         use_causal_mask=False,
         return_attention_scores=False,
         training=None,
-        **weight_kwargs,
+        index=None,
+        return_sample=False,
     ):
-        key = value if key is None else key
+        query = ops.convert_to_tensor(check_tensor(query, "query", QUERY_LAYOUT))
+        value = ops.convert_to_tensor(check_tensor(value, "value", VALUE_LAYOUT))
+        key = value if key is None else ops.convert_to_tensor(key)
         check_attention_shapes(query.shape, value.shape, key.shape)
+        check_feature_size(query.shape, self._query_dim, "query")
+        self._check_return_sample(return_sample)
         single_step = len(query.shape) == 2
         if single_step:  # one decoder step: (B, D) -> (B, 1, D)
             query = ops.expand_dims(query, 1)
@@ -98,35 +239,34 @@ class AttentionBase(keras.layers.Layer):
                 attention_mask = ops.expand_dims(attention_mask, 1)
         batch, t, s = query.shape[0], query.shape[1], key.shape[1]
         query_mask = masking.check_mask(query_mask, "query_mask", (batch, t))
-        value_mask = masking.check_mask(value_mask, "value_mask", (batch, s))
         attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, t, s))
+        memory = self.prepare_memory(value, key, value_mask)
         mask = masking.compute_attention_mask(
-            ops.shape(query)[1], ops.shape(key)[1], query_mask, value_mask, attention_mask, use_causal_mask
+            ops.shape(query)[1], ops.shape(key)[1], query_mask, memory["value_mask"], attention_mask, use_causal_mask
         )
-        # A Score instance passed in keeps its own dtype policy; weights follow this layer's.
-        logits = ops.cast(self.scorer(query, key), self.compute_dtype)
-        weights = self.compute_weights(
-            logits, mask, query=query, value_mask=value_mask, training=training, **weight_kwargs
-        )
-        if self.dropout_layer is not None:
-            # The returned weights are the ones applied, dropout included.
-            weights = self.dropout_layer(weights, training=training)
-        context = ops.matmul(weights, ops.cast(value, weights.dtype))
+        context, weights, sample = self._attend_prepared(query, memory, mask, index, training, explicit=return_sample)
         if single_step:
             context, weights = ops.squeeze(context, 1), ops.squeeze(weights, 1)
+            if sample is not None:
+                sample = {k: ops.squeeze(v, 1) for k, v in sample.items()}
+        outputs = (context,)
         if return_attention_scores:
-            return context, weights
-        return context
+            outputs += (weights,)
+        if return_sample:
+            outputs += (sample,)
+        return outputs[0] if len(outputs) == 1 else outputs
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         return tuple(query_shape[:-1]) + (value_shape[-1],)
 
-    def _output_spec(self, query_shape, value_shape, return_attention_scores):
-        context = keras.KerasTensor(tuple(query_shape[:-1]) + (value_shape[-1],), dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return context
-        weights = keras.KerasTensor(tuple(query_shape[:-1]) + (value_shape[1],), dtype=self.compute_dtype)
-        return context, weights
+    def _output_spec(self, query_shape, value_shape, return_attention_scores, return_sample=False):
+        outputs = (keras.KerasTensor(tuple(query_shape[:-1]) + (value_shape[-1],), dtype=self.compute_dtype),)
+        if return_attention_scores:
+            outputs += (keras.KerasTensor(tuple(query_shape[:-1]) + (value_shape[1],), dtype=self.compute_dtype),)
+        if return_sample:
+            per_query = tuple(query_shape[:-1])
+            outputs += ({k: keras.KerasTensor(per_query, dtype="float32") for k in ("log_prob", "entropy")},)
+        return outputs[0] if len(outputs) == 1 else outputs
 
     def get_config(self):
         return {
@@ -167,17 +307,24 @@ class Attention(AttentionBase):
         or (B, S). The returned weights are exactly the ones applied (after dropout). A query that sees no
         key gets zero weights and a zero context.
 
+    Decoding step by step, the key-side work once per source (see :meth:`AttentionBase.attend_step`)::
+
+        memory = attention.prepare_memory(encoder_states, value_mask=source_mask)
+        context, weights = attention.attend_step(state, memory)              # (B, Dv), (B, S)
+
     Example:
     >>> attention = Attention(score="general")
     >>> context, weights = attention(decoder_states, encoder_states, return_attention_scores=True)
     """
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape=None, value_shape=None, key_shape=None):
+        check_tensor(query_shape, "query", QUERY_LAYOUT)
+        check_tensor(value_shape, "value", VALUE_LAYOUT)
         check_attention_shapes(query_shape, value_shape, key_shape)
         self._build_score(query_shape, key_shape or value_shape)
 
-    def compute_weights(self, logits, mask, *, query, value_mask, training):
-        return masking.masked_softmax(logits, mask)  # Luong eq. 7
+    def compute_weights(self, logits, mask, *, query, value_mask, training, index=None):
+        return masking.masked_softmax(logits, mask)  # a_t = softmax(score(h_t, h_s)), Luong eq. 7
 
     def call(
         self,
@@ -200,6 +347,9 @@ class Attention(AttentionBase):
         return self._output_spec(query.shape, value.shape, return_attention_scores)
 
 
+_INPUTS_LAYOUT = "(batch, length, dim)"
+
+
 @keras.saving.register_keras_serializable(package="attnlayers")
 class AttentionPooling(AttentionBase):
     """Attention pooling for sequence classification: a trainable query u attends over the states.
@@ -216,6 +366,7 @@ class AttentionPooling(AttentionBase):
         inputs: (B, S, D) states.
         mask: (B, S) padding mask (the implicit Keras mask is used when omitted).
         return_attention_scores: also return the weights.
+        training: enables dropout.
 
     Returns:
         pooled (B, D), and, if requested, the weights (B, S). A fully padded sequence pools to zeros.
@@ -228,18 +379,23 @@ class AttentionPooling(AttentionBase):
 
     def __init__(self, score="additive", query_dim=None, dropout=0.0, seed=None, **kwargs):
         super().__init__(score=score, dropout=dropout, seed=seed, **kwargs)
-        self.query_dim = query_dim
+        self.query_dim = positive_int(query_dim, "query_dim", allow_none=True)
 
     def build(self, inputs_shape):
-        _check_rank(inputs_shape, (3,), "inputs", "(batch, length, dim)")
+        check_rank(inputs_shape, 3, "inputs", _INPUTS_LAYOUT)
         dim = self.query_dim or inputs_shape[-1]
         self.query = self.add_weight(name="query", shape=(dim,), initializer="glorot_uniform")
         self._build_score((inputs_shape[0], dim), inputs_shape)
 
-    def compute_weights(self, logits, mask, *, query, value_mask, training):
-        return masking.masked_softmax(logits, mask)
+    def compute_weights(self, logits, mask, *, query, value_mask, training, index=None):
+        return masking.masked_softmax(logits, mask)  # a = softmax(score(u, h_s)), Yang et al. eq. 9
 
     def call(self, inputs, mask=None, return_attention_scores=False, training=None):
+        inputs = ops.convert_to_tensor(check_tensor(inputs, "inputs", _INPUTS_LAYOUT))
+        check_rank(inputs.shape, 3, "inputs", _INPUTS_LAYOUT)
+        check_feature_size(inputs.shape, self._key_dim, "inputs")
+        # Checked here so that an error names this layer's argument, `mask`.
+        mask = masking.check_mask(mask, "mask", (inputs.shape[0], inputs.shape[1]))
         batch = ops.shape(inputs)[0]
         query = ops.broadcast_to(ops.cast(self.query, inputs.dtype), (batch, self.query.shape[0]))
         return self._attend(

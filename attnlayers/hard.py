@@ -9,8 +9,11 @@ At training time the layer *samples* where to attend, ``s ~ Multinoulli(alpha)``
   ``softmax((log alpha + g) / tau)``. Works in any model with plain ``fit``.
 - ``estimator="reinforce"``: the score-function (REINFORCE) gradient of Xu eq. 11-13,
   ``E[(L - b) grad log p(s)]`` with a moving-average baseline ``b`` and an entropy bonus. The reward is the
-  negative per-example task loss, which a layer cannot see: :class:`ReinforceModel` (a ``keras.Model`` whose
-  ``compute_loss`` adds the surrogate) wires it, so ``model.fit`` trains it with no custom loop.
+  negative per-example task loss, which a layer cannot see. Two ways to wire it, both trained by ``model.fit``:
+  explicitly, the layer (or an attention RNN decoder) returns each sample's log-probability and entropy
+  (``return_sample=True``) and :class:`ReinforceLoss` (or :func:`reinforce_surrogate`) turns them and the
+  per-example loss into the surrogate loss; or, for a layer called once in a model's forward pass,
+  :class:`ReinforceModel`, whose ``compute_loss`` adds the surrogate from the compiled loss.
 
 :class:`GumbelTemperatureSchedule` anneals the Gumbel temperature ``tau`` during ``fit``.
 """
@@ -24,16 +27,23 @@ from keras import ops
 
 from attnlayers import masking
 from attnlayers.attention import Attention
+from attnlayers.validation import is_number, one_of, positive_int, positive_number, rate_in_unit_interval
 
-try:  # Divides a per-replica loss by the number of replicas under tf.distribute (as Keras does for its losses).
-    from keras.src.losses.loss import scale_loss_for_distribution as _scale_loss_for_distribution
-except ImportError:  # pragma: no cover - other Keras 3 layouts
 
-    def _scale_loss_for_distribution(value):
-        return value
+def _scale_for_replicas(value):
+    """Divides a per-replica loss by the number of replicas under ``tf.distribute`` (as Keras does for its
+    compiled losses), so that the sum of the replicas' gradients is the gradient of the global mean."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # only under the TensorFlow backend
+
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1:
+            value = value * (1.0 / replicas)
+    return value
 
 
 _ESTIMATORS = ("reinforce", "gumbel")
+_SAMPLE_KEYS = ("log_prob", "entropy")
 _INFERENCE = ("argmax", "expectation")
 # Smallest positive float32: keeps -log(-log(u)) finite for u drawn from [tiny, 1).
 _TINY = float(np.finfo("float32").tiny)
@@ -63,12 +73,13 @@ class HardAttention(Attention):
     - ``"gumbel"`` (straight-through Gumbel-softmax): low variance, slightly biased (the backward pass is the
       gradient of a relaxed sample), and self-contained, so it works in any model, any training loop,
       ``keras.layers.RNN`` cells included. Anneal ``tau`` towards 0 with :class:`GumbelTemperatureSchedule` for
-      a less biased gradient (at the cost of variance). The default choice.
-    - ``"reinforce"`` (score function, the paper's estimator, Xu eq. 11-13): unbiased but higher variance,
-      reduced by a moving-average baseline and an entropy bonus. Its gradient needs the per-example task loss,
-      so the model must be a :class:`ReinforceModel` (or a custom loop that calls a ``ReinforceModel``'s
-      ``compute_loss``); elsewhere the scorer gets no gradient at all (a warning says so). The layer must be
-      called in the model's own forward pass, not inside a ``keras.layers.RNN`` / ``ops.scan`` loop body.
+      a less biased gradient (at the cost of variance). The simpler choice: nothing else to wire.
+    - ``"reinforce"`` (the default; score function, the paper's estimator, Xu eq. 11-13): unbiased but higher
+      variance, reduced by a moving-average baseline and an entropy bonus. Its gradient needs the per-example
+      task loss: either call the layer (or the decoder holding it) with ``return_sample=True`` and add
+      :class:`ReinforceLoss` to the model's loss (works anywhere, decoder loops included), or build the model
+      as a :class:`ReinforceModel` (the layer called once in the model's own forward pass). Otherwise the
+      scorer gets no gradient at all (a warning says so).
 
     Args:
         score: a score name ("dot", "scaled_dot", "general", "additive", "location", "cosine", "mlp", ...), a
@@ -78,10 +89,11 @@ class HardAttention(Attention):
         inference: "argmax" or "expectation": the weights used when not training.
         temperature: initial Gumbel-softmax temperature tau > 0 ("gumbel" only). Stored as the non-trainable
             weight ``tau`` so a callback can anneal it.
-        baseline_decay: decay in [0, 1) of the moving-average baseline ("reinforce" only):
+        baseline_decay: decay in [0, 1) of the moving-average baseline (``ReinforceModel`` path):
             ``b <- decay * b + (1 - decay) * mean(L)``. The first batch sets ``b = mean(L)``.
         entropy_weight: lambda_e >= 0, weight of the entropy bonus ``-lambda_e * H(alpha)`` added with
-            ``add_loss`` in training ("reinforce" only; Xu eq. 13).
+            ``add_loss`` in training (``ReinforceModel`` path; Xu eq. 13). With ``return_sample=True`` the layer
+            adds nothing and records nothing: :class:`ReinforceLoss` holds its own baseline and weight.
         seed: seed of the sampling.
 
     Call arguments:
@@ -93,13 +105,18 @@ class HardAttention(Attention):
         attention_mask: (B, T, S) boolean, True = may attend (axes of size 1 broadcast).
         use_causal_mask: query t sees keys s <= t + (S - T) only.
         return_attention_scores: also return the weights.
+        return_sample: also return the sample statistics, a dict of float32 (B, T) (or (B,)) tensors:
+            ``"log_prob"``: log p(s_t) = sum over the K draws of log alpha_t(s) (the argmax's in inference with
+            ``inference="argmax"``, 0 with ``"expectation"``); ``"entropy"``: H(alpha_t) (Xu eq. 13's H[s]).
+            They carry the gradients REINFORCE needs; pass them to :class:`ReinforceLoss`.
         training: sample (True) or use the inference weights (False / None).
         Implicit Keras masks on ``query`` / ``value`` are used when the explicit masks are not given.
 
     Returns:
-        context (B, T, Dv) — or (B, Dv) for a (B, Dq) query — and, if requested, the weights (B, T, S) — or
+        context (B, T, Dv) — or (B, Dv) for a (B, Dq) query —, if requested the weights (B, T, S) — or
         (B, S): one-hots (means of K one-hots) in training and with ``inference="argmax"``, ``alpha`` with
-        ``inference="expectation"``. A query that sees no key gets zero weights and a zero context.
+        ``inference="expectation"`` —, and if requested the sample dict. A query that sees no key gets zero
+        weights, a zero context, log-probability 0 and entropy 0.
 
     Example:
     >>> tokens = keras.Input((10,), dtype="int32")
@@ -108,7 +125,15 @@ class HardAttention(Attention):
     >>> context = HardAttention(score="general", estimator="reinforce")(query, states)
     >>> model = ReinforceModel(tokens, keras.layers.Dense(5, activation="softmax")(context))
     >>> model.compile("adam", "sparse_categorical_crossentropy")  # then model.fit(...) as usual
+
+    Inside a decoder loop (the setting of Xu et al.), with the explicit sample statistics::
+
+        decoder = LuongDecoder(64, attention=HardAttention(score="general"))
+        outputs, sample = decoder(target_embeddings, memory, return_sample=True)   # sample: (B, T) each
+        loss = ReinforceLoss()(per_example_task_loss, sample)                    # added to the model's loss
     """
+
+    stochastic = True
 
     def __init__(
         self,
@@ -129,24 +154,12 @@ class HardAttention(Attention):
                 f"dropout={dropout!r}; expected 0."
             )
         super().__init__(score=score, dropout=0.0, seed=seed, **kwargs)
-        if estimator not in _ESTIMATORS:
-            raise ValueError(f"Unknown `estimator` {estimator!r}; expected one of {list(_ESTIMATORS)}.")
-        if inference not in _INFERENCE:
-            raise ValueError(f"Unknown `inference` {inference!r}; expected one of {list(_INFERENCE)}.")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
-            raise ValueError(f"`num_samples` must be an integer >= 1; received {num_samples!r}.")
-        if not _is_number(temperature) or not temperature > 0:
-            raise ValueError(f"`temperature` must be a number > 0; received {temperature!r}.")
-        if not _is_number(baseline_decay) or not 0.0 <= baseline_decay < 1.0:
-            raise ValueError(f"`baseline_decay` must be in [0, 1); received {baseline_decay!r}.")
-        if not _is_number(entropy_weight) or not entropy_weight >= 0:
-            raise ValueError(f"`entropy_weight` must be a number >= 0; received {entropy_weight!r}.")
-        self.estimator = estimator
-        self.num_samples = int(num_samples)
-        self.inference = inference
-        self.temperature = float(temperature)
-        self.baseline_decay = float(baseline_decay)
-        self.entropy_weight = float(entropy_weight)
+        self.estimator = one_of(estimator, "estimator", _ESTIMATORS)
+        self.inference = one_of(inference, "inference", _INFERENCE)
+        self.num_samples = positive_int(num_samples, "num_samples", what="samples per query")
+        self.temperature = positive_number(temperature, "temperature")
+        self.baseline_decay = rate_in_unit_interval(baseline_decay, "baseline_decay")
+        self.entropy_weight = _non_negative_number(entropy_weight, "entropy_weight")
         self.seed_generator = keras.random.SeedGenerator(seed)
         # REINFORCE plumbing (not tracked by Keras): per-thread log p(s) of the samples drawn in the current
         # forward pass (threads: tf.distribute runs one replica per thread), whether a ReinforceModel
@@ -155,7 +168,7 @@ class HardAttention(Attention):
         object.__setattr__(self, "_reward_wired", False)
         object.__setattr__(self, "_warned_unwired", False)
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape=None, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
         if self.estimator == "gumbel":
             self.tau = self.add_weight(
@@ -182,7 +195,9 @@ class HardAttention(Attention):
         u = keras.random.uniform(shape, minval=_TINY, maxval=1.0, dtype="float32", seed=self.seed_generator)
         return -ops.log(-ops.log(u))
 
-    def compute_weights(self, logits, mask, *, query, value_mask, training):
+    def _sample(self, logits, mask, training, with_statistics):
+        """Weights (B, T, S) in the logits' dtype and, if ``with_statistics``, float32 (B, T) log p(s) of the
+        draws and entropy H(alpha) (else None, None)."""
         dtype = logits.dtype
         x = ops.cast(logits, "float32")  # sampling and log-probabilities always in float32
         length = x.shape[-1] if x.shape[-1] is not None else ops.shape(x)[-1]
@@ -192,12 +207,25 @@ class HardAttention(Attention):
             x_masked = ops.where(mask, x, masking.large_negative("float32"))
         else:
             visible, x_masked = None, x
+        log_alpha = ops.log_softmax(x_masked, axis=-1) if with_statistics else None  # masked entries never used
+
+        def statistics(hard):  # hard: (B, T, K, S) draws, or None for no sample
+            if not with_statistics:
+                return None, None
+            alpha = masking.masked_softmax(x, mask)
+            entropy = -ops.sum(ops.where(alpha > 0, alpha * log_alpha, 0.0), axis=-1)  # H(alpha_t), (B, T)
+            if hard is None:
+                return ops.zeros_like(entropy), entropy
+            # log p(s) of the K draws of a query: sum_k log alpha(s_k) (independent draws, Xu eq. 8).
+            log_prob = ops.sum(ops.where(hard > 0, ops.expand_dims(log_alpha, -2), 0.0), axis=(-2, -1))
+            return log_prob, entropy
 
         if not training:
             if self.inference == "expectation":
-                return masking.masked_softmax(logits, mask)  # E[s] = alpha (Xu sec. 4.2)
+                return (masking.masked_softmax(logits, mask),) + statistics(None)  # E[s] = alpha (Xu sec. 4.2)
             hard = ops.one_hot(ops.argmax(x_masked, axis=-1), length, dtype="float32")
-            return ops.cast(hard if visible is None else hard * visible, dtype)
+            hard = hard if visible is None else hard * visible
+            return (ops.cast(hard, dtype),) + statistics(ops.expand_dims(hard, -2))
 
         # Gumbel-max: argmax_i(log alpha_i + g_i) ~ Multinoulli(alpha) (Xu eq. 8). K draws: (B, T, K, S).
         # Masked logits are a huge negative, so a masked position can win only where every key is masked,
@@ -208,7 +236,6 @@ class HardAttention(Attention):
         hard = ops.one_hot(index, length, dtype="float32")  # (B, T, K, S)
         if visible is not None:
             hard = hard * ops.expand_dims(visible, -1)
-
         if self.estimator == "gumbel":
             # Straight-through Gumbel-softmax: forward one_hot(argmax(x + g)), backward d/dx softmax((x + g) / tau)
             # (Jang et al. 2017, eq. 1; Maddison et al. 2017). Divide before masking: the fill value stays finite.
@@ -216,15 +243,18 @@ class HardAttention(Attention):
             sample_mask = None if mask is None else ops.expand_dims(mask, -2)
             soft = masking.masked_softmax((ops.expand_dims(x, -2) + noise) / tau, sample_mask)
             weights = ops.mean(straight_through(hard, soft), axis=-2)
-            return ops.cast(weights, dtype)
+        else:  # REINFORCE: the one-hots themselves; the gradient comes through log p(s)
+            weights = ops.mean(hard, axis=-2)
+        return (ops.cast(weights, dtype),) + statistics(hard)
 
-        # REINFORCE. log p(s) of the K draws of every query: sum_k log alpha[s_k] (the draws are independent).
-        log_alpha = ops.log_softmax(x_masked, axis=-1)  # (B, T, S); masked entries are never gathered
-        log_prob = ops.sum(ops.where(hard > 0, ops.expand_dims(log_alpha, -2), 0.0), axis=(-2, -1))  # (B, T)
+    def compute_weights(self, logits, mask, *, query, value_mask, training, index=None):
+        reinforce = bool(training) and self.estimator == "reinforce"
+        weights, log_prob, entropy = self._sample(logits, mask, training, with_statistics=reinforce)
+        if not reinforce:
+            return weights
+        # The ReinforceModel path: log p(s) travels to ReinforceModel.compute_loss, the entropy bonus by add_loss.
         if self.entropy_weight > 0:
             # Entropy bonus lambda_e * H(alpha) (Xu eq. 13), as a loss: minimising -lambda_e * H raises H.
-            alpha = masking.masked_softmax(x, mask)
-            entropy = -ops.sum(ops.where(alpha > 0, alpha * log_alpha, 0.0), axis=-1)  # (B, T)
             self.add_loss(-self.entropy_weight * ops.mean(ops.sum(entropy, axis=-1)))
         if self._reward_wired:
             self._record_log_prob(ops.sum(log_prob, axis=-1))  # (B,): the queries' samples are independent
@@ -232,12 +262,40 @@ class HardAttention(Attention):
             object.__setattr__(self, "_warned_unwired", True)
             warnings.warn(
                 f"HardAttention layer '{self.name}' (estimator='reinforce') was called with training=True, but "
-                f"no ReinforceModel wires its reward: its scorer gets no gradient from the task loss. Build the "
-                f"model as attnlayers.hard.ReinforceModel(inputs, outputs) and train it with model.fit, or use "
-                f"HardAttention(estimator='gumbel'), which needs no wiring.",
+                f"no ReinforceModel wires its reward: its scorer gets no gradient from the task loss. Call it "
+                f"with return_sample=True and add attnlayers.hard.ReinforceLoss to the model's loss, build the "
+                f"model as attnlayers.hard.ReinforceModel(inputs, outputs), or use HardAttention("
+                f"estimator='gumbel'), which needs no wiring.",
                 stacklevel=2,
             )
-        return ops.cast(ops.mean(hard, axis=-2), dtype)
+        return weights
+
+    def _weights_and_sample(self, logits, mask, *, query, value_mask, training, index=None):
+        weights, log_prob, entropy = self._sample(logits, mask, training, with_statistics=True)
+        return weights, {"log_prob": log_prob, "entropy": entropy}
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        return_sample=False,
+        training=None,
+    ):
+        return self._attend(
+            query, value, key, query_mask, value_mask, attention_mask, use_causal_mask,
+            return_attention_scores, training, return_sample=return_sample,
+        )
+
+    def compute_output_spec(
+        self, query, value, key=None, return_attention_scores=False, return_sample=False, **kwargs
+    ):
+        return self._output_spec(query.shape, value.shape, return_attention_scores, return_sample)
 
     # -------------------------------------------------------------------------------------------- REINFORCE
 
@@ -252,13 +310,11 @@ class HardAttention(Attention):
         return self._log_probs.pop(threading.get_ident(), None) or []
 
     def reinforce_surrogate(self, per_example_loss, log_probs):
-        """The REINFORCE surrogate for one batch, and the baseline update.
+        """The REINFORCE surrogate for one batch (:func:`reinforce_surrogate` with this layer's baseline), and
+        the baseline update (the ``ReinforceModel`` path).
 
-        Xu eq. 12-13 with the loss ``L = -log p(y | s, a)`` in place of the reward:
-        ``grad = mean_i((L_i - b) * grad log p(s_i))``, so the surrogate is
-        ``mean_i(stop_gradient(L_i - b) * log p(s_i))``. ``b`` is the baseline *before* this batch (it does not
-        depend on the current samples, so the estimator stays unbiased); then
-        ``b <- decay * b + (1 - decay) * mean(L)``. The first batch uses ``b = mean(L)``.
+        ``b`` is the baseline *before* this batch (it does not depend on the current samples, so the estimator
+        stays unbiased); then ``b <- decay * b + (1 - decay) * mean(L)``. The first batch uses ``b = mean(L)``.
 
         Args:
             per_example_loss: (B,) task loss of every example.
@@ -272,15 +328,9 @@ class HardAttention(Attention):
         log_prob = ops.cast(log_probs[0], "float32")
         for extra in log_probs[1:]:
             log_prob = log_prob + ops.cast(extra, "float32")
-        loss = ops.stop_gradient(ops.cast(per_example_loss, "float32"))
-        batch_mean = ops.mean(loss)
-        started = ops.cast(self.baseline_steps, "float32") > 0
-        baseline = ops.where(started, ops.cast(self.baseline, "float32"), batch_mean)
-        advantage = ops.stop_gradient(loss - baseline)
-        surrogate = ops.mean(advantage * log_prob)
-        decay = self.baseline_decay
-        self.baseline.assign(ops.where(started, decay * baseline + (1.0 - decay) * batch_mean, batch_mean))
-        self.baseline_steps.assign(self.baseline_steps + 1.0)
+        baseline, update = _moving_average_baseline(self, per_example_loss)
+        surrogate = reinforce_surrogate(per_example_loss, log_prob, baseline)
+        update()
         return surrogate
 
     # ---------------------------------------------------------------------------------------------- Keras API
@@ -299,8 +349,151 @@ class HardAttention(Attention):
         return config
 
 
-def _is_number(x):
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+def _non_negative_number(value, name):
+    if not is_number(value) or not value >= 0:
+        raise ValueError(f"`{name}` must be a number >= 0; received {name}={value!r}.")
+    return float(value)
+
+
+def _moving_average_baseline(holder, per_example_loss):
+    """The baseline b for this batch and a function that applies the update. ``holder`` has the variables
+    ``baseline`` / ``baseline_steps`` and the float ``baseline_decay``.
+
+    b is the moving average *before* this batch (independent of the current samples, so the estimator stays
+    unbiased), or the batch mean on the first batch; the update is ``b <- decay * b + (1 - decay) * mean(L)``.
+    """
+    batch_mean = ops.mean(ops.stop_gradient(ops.cast(per_example_loss, "float32")))
+    started = ops.cast(holder.baseline_steps, "float32") > 0
+    baseline = ops.where(started, ops.cast(holder.baseline, "float32"), batch_mean)
+    decay = holder.baseline_decay
+
+    def update():
+        holder.baseline.assign(ops.where(started, decay * baseline + (1.0 - decay) * batch_mean, batch_mean))
+        holder.baseline_steps.assign(holder.baseline_steps + 1.0)
+
+    return baseline, update
+
+
+def reinforce_surrogate(per_example_loss, log_probs, baseline, entropy=None, entropy_weight=0.0, step_mask=None):
+    """The REINFORCE surrogate loss of stochastic attention (Xu et al. 2015, eq. 11-13).
+
+    Xu eq. 12 with the loss ``L = -log p(y | s, a)`` in place of the reward:
+    ``grad = mean_i((L_i - b) * grad log p(s_i))``, so the surrogate is
+    ``mean_i(stop_gradient(L_i - b) * log p(s_i)) - lambda_e * mean_i(H_i)``: its gradient is the
+    score-function estimator, plus the entropy bonus of eq. 13 (minimising -lambda_e * H raises H).
+
+    Args:
+        per_example_loss: (B,) the task loss of every example (the whole sequence's, as in the paper), or
+            (B, T) a loss per step: each step's sample is then credited with its own step's loss only, which
+            has less variance and is unbiased when a step's sample affects no later step (e.g. a
+            ``LuongDecoder(input_feeding=False)``, whose cell never sees the context).
+        log_probs: (B,) or (B, T) log p(s) of the samples (``sample["log_prob"]``); with a (B,) loss, (B, T) is
+            summed over the steps.
+        baseline: the baseline b, a scalar (e.g. a moving average of the loss; see :class:`ReinforceLoss`).
+        entropy: None, or (B,) / (B, T) entropies H(alpha) (``sample["entropy"]``), reduced like ``log_probs``.
+        entropy_weight: lambda_e >= 0.
+        step_mask: None, or (B, T) True at real target steps: padded steps' log-probabilities, entropies and
+            (for a (B, T) loss) losses are left out.
+
+    Returns:
+        Scalar float32. Its value is not meaningful, its gradient is.
+    """
+    loss = ops.stop_gradient(ops.cast(per_example_loss, "float32"))
+    log_probs = ops.cast(log_probs, "float32")
+    entropy = None if entropy is None or not entropy_weight else ops.cast(entropy, "float32")
+    weight = None if step_mask is None else ops.cast(step_mask, "float32")
+    if len(loss.shape) not in (1, 2) or len(log_probs.shape) not in (1, 2) or len(log_probs.shape) < len(loss.shape):
+        raise ValueError(
+            f"`per_example_loss` must have shape (batch,) or (batch, steps) and `log_probs` (batch,) or (batch, "
+            f"steps), at least the rank of the loss; received shapes {tuple(loss.shape)} and "
+            f"{tuple(log_probs.shape)}."
+        )
+
+    def reduce(x):  # (B, T) or (B,) -> the per-example term(s) the loss is compared with
+        if weight is not None and len(x.shape) == 2:
+            x = x * weight
+        return ops.sum(x, axis=-1) if len(x.shape) == 2 and len(loss.shape) == 1 else x
+
+    def mean(x):
+        if weight is None or len(x.shape) == 1:
+            return ops.mean(x)
+        return ops.sum(x * weight) / ops.maximum(ops.sum(weight), 1.0)
+
+    advantage = ops.stop_gradient(loss - ops.cast(baseline, "float32"))
+    surrogate = mean(advantage * reduce(log_probs))  # Xu eq. 12
+    if entropy is not None:
+        surrogate = surrogate - entropy_weight * mean(reduce(entropy))  # Xu eq. 13
+    return surrogate
+
+
+@keras.saving.register_keras_serializable(package="attnlayers")
+class ReinforceLoss(keras.layers.Layer):
+    """The REINFORCE loss of stochastic attention, with its moving-average baseline (Xu et al. 2015, eq. 11-13).
+
+    For sampled attention anywhere in a model, a decoder loop included: the attention (or the decoder) returns
+    the log-probability of every sample and the entropy of its distribution (``return_sample=True``), the model
+    computes its per-example task loss, and this layer turns both into the surrogate of
+    :func:`reinforce_surrogate`, with ``b`` the moving average of the loss (before this batch; the first batch
+    uses its own mean). In training it adds the surrogate to the model's losses (``add_loss``; under
+    ``tf.distribute`` scaled per replica like Keras' own losses) as a zero-valued term carrying the surrogate's
+    gradient, so the logged loss stays the task loss; and it updates the baseline. Otherwise it only returns it.
+
+    Args:
+        baseline_decay: decay in [0, 1) of the baseline: ``b <- decay * b + (1 - decay) * mean(L)``.
+        entropy_weight: lambda_e >= 0, weight of the entropy bonus (Xu eq. 13).
+
+    Call arguments:
+        per_example_loss: (B,) the task loss of every example, or (B, T) per step (see
+            :func:`reinforce_surrogate`). Its gradient is not used.
+        sample: the dict ``{"log_prob": (B, T) or (B,), "entropy": same}`` from ``return_sample=True``.
+        step_mask: None, or (B, T) True at real target steps.
+        training: add the loss and update the baseline.
+
+    Returns:
+        The scalar float32 surrogate.
+
+    Example (a decoder with hard attention, trained by ``model.fit``; ``call`` of a subclassed model)::
+
+        outputs, sample = self.decoder(self.embed(decoder_in), memory, return_sample=True, training=training)
+        logits = self.project(outputs)
+        step_loss = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)  # (B, T)
+        self.reinforce(ops.mean(step_loss, axis=-1), sample, training=training)     # ReinforceLoss()
+        return logits
+    """
+
+    def __init__(self, baseline_decay=0.9, entropy_weight=0.01, **kwargs):
+        super().__init__(**kwargs)
+        self.baseline_decay = rate_in_unit_interval(baseline_decay, "baseline_decay")
+        self.entropy_weight = _non_negative_number(entropy_weight, "entropy_weight")
+        # Moving average of the per-example *loss* L = -reward, i.e. minus the paper's reward baseline.
+        self.baseline = self.add_weight(
+            name="baseline", shape=(), initializer="zeros", trainable=False, aggregation="mean"
+        )
+        self.baseline_steps = self.add_weight(
+            name="baseline_steps", shape=(), initializer="zeros", trainable=False, aggregation="only_first_replica"
+        )
+        self.built = True
+
+    def call(self, per_example_loss, sample, step_mask=None, training=None):
+        if not isinstance(sample, dict) or any(k not in sample for k in _SAMPLE_KEYS):
+            raise ValueError(
+                f"`sample` must be the dict {{'log_prob': ..., 'entropy': ...}} returned with return_sample=True; "
+                f"received {sample!r}."
+            )
+        baseline, update = _moving_average_baseline(self, per_example_loss)
+        surrogate = reinforce_surrogate(
+            per_example_loss, sample["log_prob"], baseline, sample["entropy"], self.entropy_weight, step_mask
+        )
+        if training:
+            self.add_loss(_scale_for_replicas(surrogate - ops.stop_gradient(surrogate)))
+            update()
+        return surrogate
+
+    def compute_output_spec(self, *args, **kwargs):
+        return keras.KerasTensor((), dtype="float32")
+
+    def get_config(self):
+        return {**super().get_config(), "baseline_decay": self.baseline_decay, "entropy_weight": self.entropy_weight}
 
 
 def _hard_layers(target, estimator):
@@ -348,8 +541,9 @@ class ReinforceModel(keras.Model):
     loops: call the model with ``training=True`` and then ``model.compute_loss(x, y, y_pred, training=True)``.
 
     Limits: the surrogate needs the layer's log-probabilities in the same trace as the loss, so a REINFORCE layer
-    must be called in the model's forward pass, not inside a ``keras.layers.RNN`` cell or an ``ops.scan`` /
-    while-loop body (use ``estimator="gumbel"`` there).
+    must be called in the model's forward pass, not inside a loop body (an attention RNN decoder, a
+    ``keras.layers.RNN`` cell, ``ops.scan``): there, return the samples' statistics explicitly
+    (``return_sample=True``) and add :class:`ReinforceLoss`.
 
     Example:
     >>> model = ReinforceModel(inputs, outputs)  # outputs computed through HardAttention(estimator="reinforce")
@@ -431,7 +625,7 @@ class ReinforceModel(keras.Model):
         per_example = self.per_example_loss(y, y_pred, sample_weight)
         for layer, log_probs in sampled:
             surrogate = layer.reinforce_surrogate(per_example, log_probs)
-            surrogate = _scale_loss_for_distribution(surrogate)
+            surrogate = _scale_for_replicas(surrogate)
             total = surrogate if total is None else total + ops.cast(surrogate, total.dtype)
         return total
 

@@ -6,6 +6,7 @@ from keras import ops
 from attnlayers import masking
 from attnlayers.attention import Attention
 from attnlayers.scoring import dense_last_axis
+from attnlayers.validation import one_of, positive_int
 
 _MODES = {"local-m": "local-m", "monotonic": "local-m", "local-p": "local-p", "predictive": "local-p"}
 
@@ -14,7 +15,8 @@ _MODES = {"local-m": "local-m", "monotonic": "local-m", "local-p": "local-p", "p
 class LocalAttention(Attention):
     """Luong et al. (2015) local attention, over any score function.
 
-    - local-m (monotonic): the aligned position is p_t = t (plus ``start_index`` for decoding step by step).
+    - local-m (monotonic): the aligned position is p_t = t (eq. 9's alternative, sec. 3.2); ``start_index``
+      (``index`` in :meth:`attend_step`) is the position of query 0 when decoding step by step.
     - local-p (predictive): p_t = L * sigmoid(v_p^T tanh(W_p h_t)) (eq. 9), where L is the last valid source
       index of each sequence (its length - 1, so p_t covers exactly the real tokens; the paper's S with
       0-based positions), and the weights are multiplied by a Gaussian centred at p_t,
@@ -36,10 +38,10 @@ class LocalAttention(Attention):
 
     Call arguments:
         As ``Attention.call``, plus ``start_index`` (int or scalar tensor): the position of query 0, for
-        local-m when decoding one step at a time.
+        local-m when decoding one step at a time. ``attend_step(query, memory, index)`` takes it as ``index``.
 
     Returns:
-        context (B, T, Dv) (or (B, Dv) for a (B, Dq) query) and, if requested, weights (B, T, S).
+        context (B, T, Dv) (or (B, Dv) for a (B, Dq) query) and, if requested, weights (B, T, S) (or (B, S)).
 
     Example:
     >>> attention = LocalAttention(window=2, mode="local-p", score="general")
@@ -49,16 +51,11 @@ class LocalAttention(Attention):
 
     def __init__(self, window, mode="local-p", score="general", units=None, dropout=0.0, seed=None, **kwargs):
         super().__init__(score=score, dropout=dropout, seed=seed, **kwargs)
-        masking.check_window(window)
-        if mode not in _MODES:
-            raise ValueError(f"`mode` must be one of {sorted(_MODES)}; received {mode!r}.")
-        if units is not None and (not isinstance(units, int) or units <= 0):
-            raise ValueError(f"`units` must be a positive integer or None; received {units!r}.")
-        self.window = int(window)
-        self.mode = _MODES[mode]
-        self.units = units
+        self.window = positive_int(window, "window", what="the half-width D of the window")
+        self.mode = _MODES[one_of(mode, "mode", sorted(_MODES))]
+        self.units = positive_int(units, "units", allow_none=True)
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape=None, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
         if self.mode == "local-p":
             units = self.units or query_shape[-1]
@@ -70,9 +67,20 @@ class LocalAttention(Attention):
             self.position_v = self.add_weight(name="position_v", shape=(units,), initializer="glorot_uniform")
 
     def aligned_positions(self, query, value_mask, source_length, start_index=0):
-        """p_t, float32 of shape (B or 1, T, 1)."""
+        """The aligned positions p_t.
+
+        Args:
+            query: (B, T, Dq) queries h_t.
+            value_mask: (B, S) boolean padding mask of the source, or None.
+            source_length: S (int or scalar tensor).
+            start_index: position of query 0 (local-m; None = 0).
+
+        Returns:
+            p_t, float32 (1, T, 1) for local-m (p_t = start_index + t), (B, T, 1) for local-p (eq. 9).
+        """
         if self.mode == "local-m":
-            t = ops.arange(ops.shape(query)[1], dtype="float32") + ops.cast(start_index, "float32")
+            start = 0 if start_index is None else start_index
+            t = ops.arange(ops.shape(query)[1], dtype="float32") + ops.cast(start, "float32")
             return t[None, :, None]
         if value_mask is None:
             last = ops.cast(source_length - 1, "float32")
@@ -83,9 +91,9 @@ class LocalAttention(Attention):
         gate = ops.einsum("btu,u->bt", ops.cast(hidden, "float32"), ops.cast(self.position_v, "float32"))
         return last * ops.sigmoid(gate)[..., None]  # eq. 9
 
-    def compute_weights(self, logits, mask, *, query, value_mask, training, start_index=0):
+    def compute_weights(self, logits, mask, *, query, value_mask, training, index=None):
         source_length = ops.shape(logits)[-1]
-        p = self.aligned_positions(query, value_mask, source_length, start_index)
+        p = self.aligned_positions(query, value_mask, source_length, index)
         s = ops.arange(source_length, dtype="float32")[None, None, :]
         in_window = ops.abs(s - p) <= float(self.window)
         weights = masking.masked_softmax(logits, masking.combine_masks(mask, in_window))
@@ -110,7 +118,7 @@ class LocalAttention(Attention):
     ):
         return self._attend(
             query, value, key, query_mask, value_mask, attention_mask, use_causal_mask,
-            return_attention_scores, training, start_index=start_index,
+            return_attention_scores, training, index=start_index,
         )
 
     def get_config(self):

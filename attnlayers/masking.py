@@ -1,6 +1,6 @@
 """Mask algebra shared by every attention layer.
 
-Conventions (see DESIGN.md):
+Conventions:
 - masks are boolean, ``True`` = may attend;
 - padding masks have shape ``(B, S)`` (or ``(B, T)`` for queries), attention masks ``(B, T, S)`` or anything
   that broadcasts to it;
@@ -8,29 +8,57 @@ Conventions (see DESIGN.md):
   of padding. :func:`masked_softmax` is the one place that rule is implemented.
 """
 
+import keras
 import ml_dtypes  # finfo for bfloat16 too; a dependency of TensorFlow and JAX
-import numpy as np
 from keras import backend, ops
 
-try:  # Keras >= 3.6 keeps implicit masks as tensor attributes behind these helpers.
-    from keras.src.backend import get_keras_mask as _get_keras_mask
-except ImportError:  # pragma: no cover - older Keras 3
-    def _get_keras_mask(x):
-        return getattr(x, "_keras_mask", None)
+from attnlayers.validation import format_shape, positive_int
 
 _REDUCED_PRECISION = ("float16", "bfloat16")
 
 
+class _ImplicitMask(keras.layers.Layer):
+    """Returns the implicit mask of its input: Keras passes it to a ``call`` that takes ``mask``."""
+
+    def __init__(self, **kwargs):
+        super().__init__(autocast=False, **kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        return mask
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_spec(self, inputs, mask=None):
+        return mask
+
+
+_MASK_READER = []  # one _ImplicitMask, created on first use
+
+
 def keras_mask(x):
-    """The implicit Keras mask attached to ``x`` (by ``mask_zero=True``, ``Masking``, ...), or None."""
-    return None if x is None else _get_keras_mask(x)
+    """The implicit Keras mask attached to ``x`` (by ``mask_zero=True``, ``Masking``, ...), or None.
+
+    Eager and symbolic tensors carry it as the ``_keras_mask`` attribute. A traced JAX value cannot hold an
+    attribute (Keras keeps its mask aside), so it is read the public way: a layer whose ``call`` takes
+    ``mask`` receives it from Keras.
+    """
+    if x is None:
+        return None
+    mask = getattr(x, "_keras_mask", None)
+    if mask is not None or not ops.is_tensor(x):
+        return mask
+    if not _MASK_READER:
+        _MASK_READER.append(_ImplicitMask(name="implicit_mask"))
+    return _MASK_READER[0](x)
 
 
 def large_negative(dtype):
     """A dtype-aware large negative number for filling masked logits.
 
     ``-0.7 * finfo(dtype).max`` stays finite after subtracting the row maximum inside softmax, unlike
-    ``-inf`` (NaN for fully-masked rows) or a literal ``-1e9`` (overflows float16, keras #17571).
+    ``-inf`` (NaN for fully-masked rows) or a literal ``-1e9`` (overflows float16).
     """
     return float(-0.7 * ml_dtypes.finfo(backend.standardize_dtype(dtype)).max)
 
@@ -65,20 +93,16 @@ def check_mask(mask, name, expected_shape):
     shape = _static_shape(mask)
     if len(shape) != len(expected_shape):
         raise ValueError(
-            f"`{name}` must have rank {len(expected_shape)} with shape {_fmt(expected_shape)}; "
-            f"received shape {_fmt(shape)}."
+            f"`{name}` must have rank {len(expected_shape)} with shape {format_shape(expected_shape)}; "
+            f"received shape {format_shape(shape)}."
         )
     for got, want in zip(shape, expected_shape):
         if got is not None and want is not None and got not in (1, want):
             raise ValueError(
-                f"`{name}` has shape {_fmt(shape)}, which does not broadcast to the expected "
-                f"{_fmt(expected_shape)}."
+                f"`{name}` has shape {format_shape(shape)}, which does not broadcast to the expected "
+                f"{format_shape(expected_shape)}."
             )
     return mask if dtype == "bool" else ops.not_equal(mask, 0)
-
-
-def _fmt(shape):
-    return "(" + ", ".join("None" if s is None else str(s) for s in shape) + ")"
 
 
 def combine_masks(*masks):
@@ -149,18 +173,13 @@ def sliding_window_mask(query_length, key_length=None, window=1, offset=None, ca
     Returns:
         (T, S) boolean mask.
     """
-    check_window(window)
+    window = positive_int(window, "window")
     key_length = query_length if key_length is None else key_length
     i, j = _positions(query_length, key_length, offset)
     distance = i - j
     if causal:
         return ops.logical_and(distance >= 0, distance <= window)
     return ops.abs(distance) <= window
-
-
-def check_window(window, name="window"):
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window <= 0:
-        raise ValueError(f"`{name}` must be a positive integer; received {window!r}.")
 
 
 def masked_softmax(logits, mask=None, axis=-1):

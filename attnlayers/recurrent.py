@@ -20,18 +20,25 @@ time (``step``, for greedy / beam search through ``attnlayers.decoding``). The f
 inside ``keras.ops.scan``, so the two agree exactly. ``keras.layers.RNN`` is not used: in Keras 3 it takes no
 ``constants``, so the memory could not be passed to the cell.
 
-The memory's key-side work (``score.prepare_keys``: Bahdanau's U_a h_j, Luong's W_a h_s) is done once per
-source sequence, in :meth:`AttentionRNNDecoder.initial_cache`, and carried in the decoding cache.
+Each step attends through the attention layer's public single-step API: the memory's key-side work
+(``attention.prepare_memory``: Bahdanau's U_a h_j, Luong's W_a h_s) is done once per source sequence, in
+:meth:`AttentionRNNDecoder.initial_cache`, and carried in the decoding cache; ``attention.attend_step`` attends
+from one state (with the step index, which local-m uses as p_t = t).
+
+Hard attention trained by REINFORCE (Xu et al. 2015, sec. 4.1) works in the loop: with ``return_sample=True``
+the call also returns log p(s_t) and H(alpha_t) of every step, (B, T) each, for ``attnlayers.hard.ReinforceLoss``.
 """
 
-import inspect
+import warnings
 
 import keras
 from keras import ops
 
 from attnlayers import masking
+from attnlayers._loops import LoopVariables, scan
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.hard import HardAttention
+from attnlayers.validation import check_feature_size, check_rank, check_tensor, format_shape, positive_int, same_size
 
 _CELLS = {
     "gru": keras.layers.GRUCell,
@@ -40,6 +47,8 @@ _CELLS = {
 }
 _CELL_TYPES = tuple(_CELLS.values())
 _MEMORY_KEYS = ("memory", "memory_keys", "memory_mask")
+_TARGET_LAYOUT = "(batch, target_length, embedding_dim)"
+_MEMORY_LAYOUT = "(batch, source_length, memory_dim)"
 
 
 def _is_cell(cell):
@@ -86,93 +95,6 @@ def _reset_dropout_masks(cell):
             c.reset_recurrent_dropout_mask()
 
 
-def _check_rank(shape, rank, name, layout):
-    if len(shape) != rank:
-        raise ValueError(f"`{name}` must have shape {layout}; received shape {tuple(shape)}.")
-
-
-def _check_batch(a, b, name):
-    if a is not None and b is not None and a != b:
-        raise ValueError(
-            f"`{name}` and `memory` must have the same batch size; received {name} batch {a} and memory batch {b}."
-        )
-
-
-_BACKEND = keras.backend.backend()
-
-try:  # Keras 3 keeps the active StatelessScope here; `keras.StatelessScope` is the public class.
-    from keras.src.backend.common.stateless_scope import get_stateless_scope as _get_stateless_scope
-except ImportError:  # pragma: no cover - other Keras 3 layouts
-
-    def _get_stateless_scope():
-        return None
-
-
-def _scan(body, carry, xs, length):
-    """``ops.scan(body, carry, xs)`` for a ``body`` whose per-step outputs have the carry's structure.
-
-    On TensorFlow, Keras' scan is a ``tf.while_loop`` without ``maximum_iterations``, whose gradient XLA cannot
-    compile ("XLA compilation requires a fixed tensor list size"): training with ``jit_compile=True`` would
-    fail. There the loop is an ``ops.while_loop`` bounded by ``length`` that writes each step's outputs into
-    (T, ...) buffers with ``ops.scatter_update`` (differentiable, unlike ``slice_update`` on TensorFlow).
-    JAX's scan is differentiable and compiles as is.
-    """
-    if _BACKEND != "tensorflow":
-        return ops.scan(body, carry, xs)
-    buffers = keras.tree.map_structure(lambda c: ops.repeat(ops.zeros_like(c)[None], length, axis=0), carry)
-
-    def loop_body(t, carry, buffers):
-        carry, ys = body(carry, keras.tree.map_structure(lambda x: ops.take(x, t, axis=0), xs))
-        index = ops.reshape(t, (1, 1))
-        buffers = keras.tree.map_structure(lambda b, y: ops.scatter_update(b, index, y[None]), buffers, ys)
-        return t + 1, carry, buffers
-
-    _, carry, buffers = ops.while_loop(
-        lambda t, carry, buffers: t < length, loop_body, (ops.convert_to_tensor(0, "int32"), carry, buffers),
-        maximum_iterations=length,
-    )
-    return carry, buffers
-
-
-class _LoopVariables:
-    """Threads variables that a loop body assigns (random seeds) through a JAX scan as loop values.
-
-    JAX's traced scan body cannot assign a variable, so the values ride in the carry: the body ``write``s the
-    carried values into the enclosing ``keras.StatelessScope`` (the one of ``fit`` / ``stateless_call``, or
-    one opened here over the layer's variables when called eagerly), runs, and ``read``s the assigned values
-    back. After the loop the final values are written to that scope (an eagerly opened scope assigns them
-    to the variables on exit).
-    """
-
-    def __init__(self, layer, variables):
-        self.layer, self.variables, self.own_scope = layer, variables, None
-
-    def __enter__(self):
-        if self.variables:
-            self.scope = _get_stateless_scope()
-            if self.scope is None:
-                self.own_scope = keras.StatelessScope([(v, v.value) for v in self.layer.variables])
-                self.scope = self.own_scope.__enter__()
-        return self
-
-    def read(self):
-        values = [self.scope.get_current_value(v) for v in self.variables]
-        return [v.value if value is None else value for v, value in zip(self.variables, values)]
-
-    def write(self, values):
-        for variable, value in zip(self.variables, values):
-            self.scope.add_update((variable, value))
-
-    def __exit__(self, *exc):
-        if self.own_scope is not None:
-            final = self.read()
-            self.own_scope.__exit__(*exc)
-            if exc[0] is None:
-                for variable, value in zip(self.variables, final):
-                    variable.assign(value)
-        return False
-
-
 class AttentionRNNDecoder(keras.layers.Layer):
     """Base of :class:`BahdanauDecoder` and :class:`LuongDecoder`: cell and attention handling, the decoding
     cache, the teacher-forced loop. Subclasses implement :meth:`_step` (one step of their equations) and
@@ -180,9 +102,9 @@ class AttentionRNNDecoder(keras.layers.Layer):
 
     Args:
         units: size of the cell's state; optional when ``cell`` is an instance (its units are used).
-        attention: an attnlayers attention layer (``Attention``, ``LocalAttention``, ``HardAttention`` with
-            ``estimator="gumbel"``, or a subclass of ``AttentionBase`` other than ``AttentionPooling``), or its
-            serialized config. It keeps its own dtype policy.
+        attention: an attnlayers attention layer (``Attention``, ``LocalAttention``, ``HardAttention``, or a
+            subclass of ``AttentionBase`` other than ``AttentionPooling``), or its serialized config. It keeps its
+            own dtype policy.
         cell: "gru", "lstm", "simple_rnn", or a ``keras.layers.GRUCell`` / ``LSTMCell`` / ``SimpleRNNCell``
             instance (to set dropout, initializers, ...) or a ``StackedRNNCells`` of them (a deep decoder:
             attention reads and feeds the top layer), or a serialized cell config.
@@ -197,9 +119,7 @@ class AttentionRNNDecoder(keras.layers.Layer):
         self.attention = self._resolve_attention(attention)
         self._cell_identifier = self.default_cell if cell is None else cell
         self.cell, self.units = self._resolve_cell(self._cell_identifier, units)
-        self._attention_takes_index = (
-            "start_index" in inspect.signature(self.attention.compute_weights).parameters
-        )
+        self._warned_unsampled = False
 
     # ------------------------------------------------------------------------------------------------------
     # Construction
@@ -215,17 +135,10 @@ class AttentionRNNDecoder(keras.layers.Layer):
                 f"another AttentionBase subclass other than AttentionPooling), or None for "
                 f"Attention(score={self.default_score!r}); received {attention!r}."
             )
-        if isinstance(attention, HardAttention) and attention.estimator == "reinforce":
-            raise ValueError(
-                "`attention` HardAttention(estimator='reinforce') records the log-probabilities of its samples "
-                "for a ReinforceModel in the forward pass, which cannot happen inside the decoder's loop; "
-                "received estimator='reinforce', expected HardAttention(estimator='gumbel')."
-            )
         return attention
 
     def _resolve_cell(self, cell, units):
-        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units <= 0):
-            raise ValueError(f"`units` must be a positive integer; received units={units!r}.")
+        units = positive_int(units, "units", allow_none=True)
         if isinstance(cell, str):
             if cell.lower() not in _CELLS:
                 raise ValueError(
@@ -256,14 +169,23 @@ class AttentionRNNDecoder(keras.layers.Layer):
         raise NotImplementedError
 
     def _check_shapes(self, target_embeddings_shape, memory_shape):
-        _check_rank(target_embeddings_shape, 3, "target_embeddings", "(batch, target_length, embedding_dim)")
-        _check_rank(memory_shape, 3, "memory", "(batch, source_length, memory_dim)")
-        _check_batch(target_embeddings_shape[0], memory_shape[0], "target_embeddings")
+        check_rank(target_embeddings_shape, 3, "target_embeddings", _TARGET_LAYOUT)
+        check_rank(memory_shape, 3, "memory", _MEMORY_LAYOUT)
+        if not same_size(target_embeddings_shape[0], memory_shape[0]):
+            raise ValueError(
+                f"`target_embeddings` and `memory` must have the same batch size; received shapes "
+                f"{format_shape(target_embeddings_shape)} and {format_shape(memory_shape)}."
+            )
         for shape, name in ((target_embeddings_shape, "target_embeddings"), (memory_shape, "memory")):
             if shape[-1] is None:
-                raise ValueError(f"The last axis of `{name}` must be known; received shape {tuple(shape)}.")
+                raise ValueError(f"The last axis of `{name}` must be known; received shape {format_shape(shape)}.")
+        if self.built:
+            check_feature_size(target_embeddings_shape, self.embedding_dim, "target_embeddings")
+            check_feature_size(memory_shape, self.memory_dim, "memory")
 
-    def build(self, target_embeddings_shape, memory_shape):
+    def build(self, target_embeddings_shape=None, memory_shape=None):
+        check_tensor(target_embeddings_shape, "target_embeddings", _TARGET_LAYOUT)
+        check_tensor(memory_shape, "memory", _MEMORY_LAYOUT)
         target_embeddings_shape, memory_shape = tuple(target_embeddings_shape), tuple(memory_shape)
         self._check_shapes(target_embeddings_shape, memory_shape)
         self.embedding_dim, self.memory_dim = target_embeddings_shape[-1], memory_shape[-1]
@@ -294,8 +216,8 @@ class AttentionRNNDecoder(keras.layers.Layer):
             ``"states"``: the cell's states, a list: ``[h]`` (GRU / SimpleRNN), ``[h, c]`` (LSTM), one such list
             per layer for ``StackedRNNCells``; each (B, units).
             ``"memory"``: (B, S, D) the memory.
-            ``"memory_keys"``: the score's ``prepare_keys(memory)``, computed here once per source sequence
-            (Bahdanau's U_a h_j, Luong's W_a h_s), e.g. (B, S, units).
+            ``"memory_keys"``: the score's ``prepare_keys(memory)`` (``attention.prepare_memory``), computed here
+            once per source sequence (Bahdanau's U_a h_j, Luong's W_a h_s), e.g. (B, S, units).
             ``"memory_mask"``: (B, S) boolean, True at real positions (all True when no mask was given).
             ``"feed"`` (:class:`LuongDecoder` with input feeding only): (B, units), h~_{t-1}, zeros at first.
 
@@ -313,15 +235,12 @@ class AttentionRNNDecoder(keras.layers.Layer):
             The cache dict.
         """
         self._check_built("initial_cache")
-        memory = ops.convert_to_tensor(memory)
+        memory = check_tensor(memory, "memory", _MEMORY_LAYOUT)
         if memory_mask is None:
             memory_mask = masking.keras_mask(memory)
-        _check_rank(memory.shape, 3, "memory", "(batch, source_length, memory_dim)")
-        if memory.shape[-1] is not None and memory.shape[-1] != self.memory_dim:
-            raise ValueError(
-                f"`memory` must have last axis {self.memory_dim} (the size the layer was built with); "
-                f"received shape {tuple(memory.shape)}."
-            )
+        memory = ops.convert_to_tensor(memory)
+        check_rank(memory.shape, 3, "memory", _MEMORY_LAYOUT)
+        check_feature_size(memory.shape, self.memory_dim, "memory")
         batch, source_length = memory.shape[0], memory.shape[1]
         memory_mask = masking.check_mask(memory_mask, "memory_mask", (batch, source_length))
         dynamic_batch = ops.shape(memory)[0]
@@ -329,13 +248,13 @@ class AttentionRNNDecoder(keras.layers.Layer):
             memory_mask = ops.ones(ops.shape(memory)[:2], "bool")
         else:
             memory_mask = ops.broadcast_to(memory_mask, ops.shape(memory)[:2])
-        attention_memory = ops.cast(memory, self.attention.compute_dtype)
+        # Key-side work of the score, once per source sequence (Bahdanau's U_a h_j, Luong's W_a h_s).
+        prepared = self.attention.prepare_memory(memory, value_mask=memory_mask)
         cache = {
             "states": self._initial_states(initial_state, dynamic_batch, batch),
-            "memory": attention_memory,
-            # Key-side work of the score, once per source sequence (Bahdanau's U_a h_j).
-            "memory_keys": self.attention.scorer.prepare_keys(attention_memory),
-            "memory_mask": memory_mask,
+            "memory": prepared["value"],
+            "memory_keys": prepared["keys"],
+            "memory_mask": prepared["value_mask"],
         }
         cache.update(self._initial_extra(dynamic_batch))
         return cache
@@ -355,38 +274,32 @@ class AttentionRNNDecoder(keras.layers.Layer):
             )
         states = []
         for state, n in zip(flat, flat_sizes):
-            state = ops.convert_to_tensor(state)
+            state = ops.convert_to_tensor(check_tensor(state, "initial_state", f"(batch, {n})"))
             if len(state.shape) != 2 or state.shape[-1] not in (None, n):
                 raise ValueError(
-                    f"`initial_state` entries must have shape (batch, {n}); received shape {tuple(state.shape)}."
+                    f"`initial_state` entries must have shape (batch, {n}); received shape "
+                    f"{format_shape(state.shape)}."
                 )
-            _check_batch(state.shape[0], batch, "initial_state")
+            if not same_size(state.shape[0], batch):
+                raise ValueError(
+                    f"`initial_state` and `memory` must have the same batch size; received initial_state shape "
+                    f"{format_shape(state.shape)} and memory batch {batch}."
+                )
             states.append(ops.cast(state, dtype))
         return keras.tree.pack_sequence_as(sizes, states)
 
     # ------------------------------------------------------------------------------------------------------
     # One step
 
-    def _attend(self, query, cache, index, training):
-        """Attention of one (B, Dq) query over the prepared memory -> context (B, D), weights (B, S).
-
-        The body of ``AttentionBase._attend`` for one query with the key-side work already done: the score on
-        the prepared keys, the attention's own ``compute_weights`` (softmax, local window, Gaussian, hard
-        sample...), its dropout, the weighted sum.
-        """
-        attention = self.attention
-        dtype = attention.compute_dtype
-        query = ops.expand_dims(ops.cast(query, dtype), 1)  # (B, 1, Dq)
-        value_mask = cache["memory_mask"]
-        logits = ops.cast(attention.scorer.score(query, cache["memory_keys"]), dtype)  # (B, 1, S)
-        kwargs = {"start_index": index} if self._attention_takes_index else {}  # local-m: p_t = t
-        weights = attention.compute_weights(
-            logits, value_mask[:, None, :], query=query, value_mask=value_mask, training=training, **kwargs
-        )
-        if attention.dropout_layer is not None:
-            weights = attention.dropout_layer(weights, training=training)
-        context = ops.matmul(weights, ops.cast(cache["memory"], weights.dtype))  # c = sum_s a(s) h_s
-        return ops.cast(context[:, 0], self.compute_dtype), ops.cast(weights[:, 0], self.compute_dtype)
+    def _attend(self, query, cache, index, training, return_sample=False):
+        """The attention's :meth:`~attnlayers.AttentionBase.attend_step` from one (B, Dq) query over the cached,
+        prepared memory -> context (B, D), weights (B, S) and, with ``return_sample``, the sample dict
+        ``{"log_prob": (B,), "entropy": (B,)}`` (else None)."""
+        memory = {"value": cache["memory"], "keys": cache["memory_keys"], "value_mask": cache["memory_mask"]}
+        query = ops.cast(query, self.attention.compute_dtype)
+        result = self.attention.attend_step(query, memory, index, training, return_sample=return_sample)
+        context, weights = (ops.cast(x, self.compute_dtype) for x in result[:2])
+        return context, weights, (result[2] if return_sample else None)
 
     def _run_cell(self, inputs, states, training):
         output, new_states = self.cell(ops.cast(inputs, self.cell.compute_dtype), states, training=training)
@@ -394,8 +307,9 @@ class AttentionRNNDecoder(keras.layers.Layer):
         new_states = keras.tree.pack_sequence_as(states, keras.tree.flatten(new_states))
         return output, new_states
 
-    def _step(self, y_prev, cache, index, training):
-        """Returns (output (B, output_dim), new cache entries {"states", ...}, weights (B, S))."""
+    def _step(self, y_prev, cache, index, training, return_sample=False):
+        """Returns (output (B, output_dim), new cache entries {"states", ...}, weights (B, S), sample dict of
+        (B,) or None)."""
         raise NotImplementedError
 
     def step(self, y_prev, cache, index=0, training=None):
@@ -414,12 +328,13 @@ class AttentionRNNDecoder(keras.layers.Layer):
             and the attention weights (B, S).
         """
         self._check_built("step")
-        y_prev = ops.convert_to_tensor(y_prev)
+        y_prev = ops.convert_to_tensor(check_tensor(y_prev, "y_prev", f"(batch, {self.embedding_dim})"))
         if len(y_prev.shape) != 2 or y_prev.shape[-1] not in (None, self.embedding_dim):
             raise ValueError(
-                f"`y_prev` must have shape (batch, {self.embedding_dim}); received shape {tuple(y_prev.shape)}."
+                f"`y_prev` must have shape (batch, {self.embedding_dim}); received shape "
+                f"{format_shape(y_prev.shape)}."
             )
-        output, updates, weights = self._step(y_prev, cache, index, training)
+        output, updates, weights, _ = self._step(y_prev, cache, index, training)
         if training:
             _reset_dropout_masks(self.cell)  # drawn inside this step; do not reuse them in the next one
         return output, {**cache, **updates}, weights
@@ -454,16 +369,24 @@ class AttentionRNNDecoder(keras.layers.Layer):
         memory_mask=None,
         initial_state=None,
         return_attention_scores=False,
+        return_sample=False,
         training=None,
     ):
+        target_embeddings = check_tensor(target_embeddings, "target_embeddings", _TARGET_LAYOUT)
+        memory = check_tensor(memory, "memory", _MEMORY_LAYOUT)
         self._check_shapes(target_embeddings.shape, memory.shape)
+        self._check_return_sample(return_sample)
+        self._warn_if_unsampled(return_sample, training)
         cache = self.initial_cache(memory, memory_mask, initial_state)
         memory_entries = {k: cache[k] for k in _MEMORY_KEYS}
         batch, source_length = ops.shape(memory)[0], ops.shape(memory)[1]
         carry = {k: v for k, v in cache.items() if k not in _MEMORY_KEYS}
-        # The loop stacks per-step outputs shaped like the carry (see _scan), so they ride in the carry.
+        # The loop stacks per-step outputs shaped like the carry (see _loops.scan), so they ride in the carry.
         carry["output"] = ops.zeros((batch, self._output_dim()), self.compute_dtype)
         carry["weights"] = ops.zeros((batch, source_length), self.compute_dtype)
+        if return_sample:  # log p(s_t) and H(alpha_t) of every step, float32
+            carry["sample"] = {k: ops.zeros((batch,), "float32") for k in ("log_prob", "entropy")}
+        per_step = ("output", "weights", "sample", "threaded")
         y = ops.transpose(ops.cast(target_embeddings, self.compute_dtype), (1, 0, 2))  # time major (T, B, E)
         steps = ops.arange(ops.shape(target_embeddings)[1], dtype="int32")
 
@@ -473,31 +396,63 @@ class AttentionRNNDecoder(keras.layers.Layer):
             )
         # Variables the attention updates while training (the seed of its dropout or of HardAttention's samples)
         # are threaded through the loop under JAX, whose traced scan body cannot assign a variable.
-        threaded = list(self.attention.non_trainable_variables) if training and _BACKEND == "jax" else []
-        with _LoopVariables(self, threaded) as loop_variables:
+        jax = keras.backend.backend() == "jax"
+        threaded = list(self.attention.non_trainable_variables) if training and jax else []
+        with LoopVariables(self, threaded) as loop_variables:
             if threaded:
                 carry["threaded"] = loop_variables.read()
 
             def body(carry, inputs):
                 y_prev, t = inputs
-                state = {k: v for k, v in carry.items() if k not in ("output", "weights", "threaded")}
+                state = {k: v for k, v in carry.items() if k not in per_step}
                 if threaded:
                     loop_variables.write(carry["threaded"])
-                output, updates, weights = self._step(y_prev, {**memory_entries, **state}, t, training)
+                output, updates, weights, sample = self._step(
+                    y_prev, {**memory_entries, **state}, t, training, return_sample
+                )
                 new = {**updates, "output": output, "weights": weights}
+                if return_sample:
+                    new["sample"] = {k: ops.cast(v, "float32") for k, v in sample.items()}
                 if threaded:
                     new["threaded"] = loop_variables.read()
                 return new, new
 
-            last, stacked = _scan(body, carry, (y, steps), ops.shape(target_embeddings)[1])
+            last, stacked = scan(body, carry, (y, steps), ops.shape(target_embeddings)[1])
             if threaded:
                 loop_variables.write(last["threaded"])
         if training:
             _reset_dropout_masks(self.cell)
-        outputs = ops.transpose(stacked["output"], (1, 0, 2))
+        result = (ops.transpose(stacked["output"], (1, 0, 2)),)
         if return_attention_scores:
-            return outputs, ops.transpose(stacked["weights"], (1, 0, 2))
-        return outputs
+            result += (ops.transpose(stacked["weights"], (1, 0, 2)),)
+        if return_sample:
+            result += ({k: ops.transpose(v) for k, v in stacked["sample"].items()},)  # (T, B) -> (B, T)
+        return result[0] if len(result) == 1 else result
+
+    def _check_return_sample(self, return_sample):
+        if return_sample and not self.attention.stochastic:
+            raise ValueError(
+                f"`return_sample=True` needs an attention layer that samples (HardAttention); received attention "
+                f"{type(self.attention).__name__}, whose weights are deterministic."
+            )
+
+    def _warn_if_unsampled(self, return_sample, training):
+        attention = self.attention
+        if (
+            training
+            and not return_sample
+            and not self._warned_unsampled
+            and isinstance(attention, HardAttention)
+            and attention.estimator == "reinforce"
+        ):
+            self._warned_unsampled = True
+            warnings.warn(
+                f"{type(self).__name__} '{self.name}' runs HardAttention(estimator='reinforce') in training, but "
+                f"its sample log-probabilities are not returned, so its scorer gets no gradient. Call the decoder "
+                f"with return_sample=True and add attnlayers.hard.ReinforceLoss()(per_example_loss, sample) to "
+                f"the model's loss, or use HardAttention(estimator='gumbel').",
+                stacklevel=3,
+            )
 
     def _output_dim(self):
         raise NotImplementedError
@@ -505,13 +460,19 @@ class AttentionRNNDecoder(keras.layers.Layer):
     def compute_output_shape(self, target_embeddings_shape, memory_shape):
         return tuple(target_embeddings_shape[:2]) + (self._output_dim(),)
 
-    def compute_output_spec(self, target_embeddings, memory, return_attention_scores=False, **kwargs):
+    def compute_output_spec(self, target_embeddings, memory, return_attention_scores=False, return_sample=False,
+                            **kwargs):
+        target_embeddings = check_tensor(target_embeddings, "target_embeddings", _TARGET_LAYOUT)
+        memory = check_tensor(memory, "memory", _MEMORY_LAYOUT)
         self._check_shapes(target_embeddings.shape, memory.shape)
+        self._check_return_sample(return_sample)
         batch, length = target_embeddings.shape[0], target_embeddings.shape[1]
-        outputs = keras.KerasTensor((batch, length, self._output_dim()), dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return outputs
-        return outputs, keras.KerasTensor((batch, length, memory.shape[1]), dtype=self.compute_dtype)
+        result = (keras.KerasTensor((batch, length, self._output_dim()), dtype=self.compute_dtype),)
+        if return_attention_scores:
+            result += (keras.KerasTensor((batch, length, memory.shape[1]), dtype=self.compute_dtype),)
+        if return_sample:
+            result += ({k: keras.KerasTensor((batch, length), dtype="float32") for k in ("log_prob", "entropy")},)
+        return result[0] if len(result) == 1 else result
 
     def get_config(self):
         cell = self._cell_identifier
@@ -556,11 +517,15 @@ class BahdanauDecoder(AttentionRNNDecoder):
             mask when omitted. Padded positions get weight 0 and change nothing.
         initial_state: the cell's initial state (see :meth:`initial_cache`); zeros when omitted.
         return_attention_scores: also return the attention weights.
-        training: enables the cell's and the attention's dropout.
+        return_sample: (``HardAttention`` only) also return the sample statistics of every step, a dict of
+            float32 (B, T): ``"log_prob"`` log p(s_t), ``"entropy"`` H(alpha_t); pass it to
+            ``attnlayers.hard.ReinforceLoss`` to train REINFORCE hard attention (Xu et al. 2015, eq. 11-13).
+        training: enables the cell's and the attention's dropout (and ``HardAttention``'s sampling).
 
     Returns:
         outputs (B, T, units + D) ``[s_i; c_i]`` for every target step; with ``return_attention_scores`` also
         the weights (B, T, S): row i is the alignment a_i used to predict the target token i.
+        With ``return_sample``, the sample dict comes last.
 
     Example:
     >>> source = keras.Input((None,), dtype="int32")
@@ -587,14 +552,14 @@ class BahdanauDecoder(AttentionRNNDecoder):
     def _output_dim(self):
         return self.units + self.memory_dim
 
-    def _step(self, y_prev, cache, index, training):
+    def _step(self, y_prev, cache, index, training, return_sample=False):
         states = cache["states"]
         s_prev = _top_output(self.cell, states)
-        context, weights = self._attend(s_prev, cache, index, training)  # eq. 6, 5: query s_{i-1}
+        context, weights, sample = self._attend(s_prev, cache, index, training, return_sample)  # eq. 6, 5
         y_prev = ops.cast(y_prev, self.compute_dtype)
         s, new_states = self._run_cell(ops.concatenate([y_prev, context], axis=-1), states, training)  # eq. 4
         output = ops.concatenate([ops.cast(s, self.compute_dtype), context], axis=-1)
-        return output, {"states": new_states}, weights
+        return output, {"states": new_states}, weights, sample
 
 
 @keras.saving.register_keras_serializable(package="attnlayers")
@@ -609,11 +574,10 @@ class LuongDecoder(AttentionRNNDecoder):
         h~_t = tanh(W_c [c_t; h_t])                               (eq. 5, no bias as in the paper)
         output_t = h~_t                                           (fed to the softmax layer, eq. 6)
 
-    h~_0 is zeros. Global attention takes any score: "general" by default, as in the paper (with Adam and a few
-    hundred units prefer "scaled_general": unscaled, it can saturate on one source position early in training
-    and stay there, see ``GeneralScore``), "dot" needs ``units`` equal to the memory dim, "location" ...;
-    ``LocalAttention`` gives local-m (p_t = t, the step index is passed as ``start_index``) or local-p (p_t
-    predicted from h_t, eq. 9).
+    h~_0 is zeros. Global attention takes any score: "general" by default, as in the paper ("scaled_general"
+    trains more reliably with Adam, see ``GeneralScore``), "dot" needs ``units`` equal to the memory dim,
+    "location" ...; ``LocalAttention`` gives local-m (p_t = t: the step index is passed to ``attend_step``) or
+    local-p (p_t predicted from h_t, eq. 9).
 
     Args:
         units: size of h_t and h~_t (optional when ``cell`` is an instance).
@@ -632,11 +596,15 @@ class LuongDecoder(AttentionRNNDecoder):
             mask when omitted. Padded positions get weight 0 and change nothing.
         initial_state: the cell's initial state (see :meth:`initial_cache`); zeros when omitted.
         return_attention_scores: also return the attention weights.
-        training: enables the cell's and the attention's dropout.
+        return_sample: (``HardAttention`` only) also return the sample statistics of every step, a dict of
+            float32 (B, T): ``"log_prob"`` log p(s_t), ``"entropy"`` H(alpha_t); pass it to
+            ``attnlayers.hard.ReinforceLoss`` to train REINFORCE hard attention (Xu et al. 2015, eq. 11-13).
+        training: enables the cell's and the attention's dropout (and ``HardAttention``'s sampling).
 
     Returns:
         outputs (B, T, units), the attentional hidden states h~_t; with ``return_attention_scores`` also the
         weights (B, T, S): row t is the alignment a_t used to predict the target token t.
+        With ``return_sample``, the sample dict comes last.
 
     Example:
     >>> memory = encoder(source)                                     # (B, S, 256), masked
@@ -664,7 +632,7 @@ class LuongDecoder(AttentionRNNDecoder):
             dtype=self.dtype_policy, name="attentional_dense",
         )
 
-    def build(self, target_embeddings_shape, memory_shape):
+    def build(self, target_embeddings_shape=None, memory_shape=None):
         super().build(target_embeddings_shape, memory_shape)
         self.attentional_dense.build((memory_shape[0], self.memory_dim + self.units))
 
@@ -677,17 +645,17 @@ class LuongDecoder(AttentionRNNDecoder):
     def _initial_extra(self, batch):
         return {"feed": ops.zeros((batch, self.units), self.compute_dtype)} if self.input_feeding else {}
 
-    def _step(self, y_prev, cache, index, training):
+    def _step(self, y_prev, cache, index, training, return_sample=False):
         y_prev = ops.cast(y_prev, self.compute_dtype)
         inputs = ops.concatenate([y_prev, cache["feed"]], axis=-1) if self.input_feeding else y_prev
         h, new_states = self._run_cell(inputs, cache["states"], training)  # h_t = f(h_{t-1}, [y; h~])
         h = ops.cast(h, self.compute_dtype)
-        context, weights = self._attend(h, cache, index, training)  # eq. 7: query h_t
+        context, weights, sample = self._attend(h, cache, index, training, return_sample)  # eq. 7: query h_t
         h_tilde = ops.cast(self.attentional_dense(ops.concatenate([context, h], axis=-1)), self.compute_dtype)  # eq. 5
         updates = {"states": new_states}
         if self.input_feeding:
             updates["feed"] = h_tilde
-        return h_tilde, updates, weights
+        return h_tilde, updates, weights, sample
 
     def get_config(self):
         return {

@@ -161,3 +161,80 @@ def test_attention_pooling_uses_implicit_mask_in_a_model():
     c = _np(model(np.array([[5, 6, 0, 0, 0, 0]])))
     np.testing.assert_allclose(a, c, atol=1e-6)
     assert not np.allclose(a, b)
+
+
+# ------------------------------------------------------------------------------------ prepared memory, steps
+
+
+@pytest.mark.parametrize("score", ["general", "additive", "dot"])
+def test_attend_step_equals_call_row_by_row(score, rng):
+    """prepare_memory once + attend_step per query = the full call, row by row (one body for both)."""
+    q = rng.normal(size=(B, T, D)).astype("float32")
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    value_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    layer = al.Attention(score=score)
+    context, weights = layer(q, v, value_mask=value_mask, return_attention_scores=True)
+    memory = layer.prepare_memory(v, value_mask=value_mask)
+    assert sorted(memory) == ["keys", "value", "value_mask"]
+    for t in range(T):
+        c, w = layer.attend_step(q[:, t], memory, index=t)
+        assert tuple(c.shape) == (B, D) and tuple(w.shape) == (B, S)
+        np.testing.assert_allclose(_np(c), _np(context)[:, t], atol=1e-5)
+        np.testing.assert_allclose(_np(w), _np(weights)[:, t], atol=1e-5)
+
+
+def test_prepare_memory_and_attend_step_errors(rng):
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    layer = al.Attention(score="general")
+    with pytest.raises(ValueError, match="needs a built layer"):
+        layer.prepare_memory(v)
+    layer(v[:, 0], v)
+    memory = layer.prepare_memory(v)
+    with pytest.raises(ValueError, match=r"`query` must have shape \(batch, query_dim\)"):
+        layer.attend_step(v, memory)
+    with pytest.raises(ValueError, match=r"`query` must have last axis 4.*\(2, 3\)"):
+        layer.attend_step(v[:, 0, :3], memory)
+    with pytest.raises(ValueError, match="`return_sample=True` needs an attention layer that samples"):
+        layer.attend_step(v[:, 0], memory, return_sample=True)
+    with pytest.raises(ValueError, match="`value` is required"):
+        layer.prepare_memory(None)
+
+
+def test_missing_inputs_and_feature_sizes_raise_named_errors(rng):
+    q = rng.normal(size=(B, T, D)).astype("float32")
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    layer = al.Attention(score="general")
+    layer(q, v)
+    with pytest.raises(ValueError, match="`query` is required"):
+        layer(None, v)
+    with pytest.raises(ValueError, match="`value` is required"):
+        layer(q, None)
+    with pytest.raises(ValueError, match=r"`query` must have last axis 4 \(the size the layer was built with\)"):
+        layer(q[..., :3], v)
+    with pytest.raises(ValueError, match=r"`value` must have last axis 4"):
+        layer(q, v[..., :2])
+    pooling = al.AttentionPooling()
+    pooling(v)
+    with pytest.raises(ValueError, match=r"`inputs` must have last axis 4"):
+        pooling(v[..., :3])
+    with pytest.raises(ValueError, match="`inputs` is required"):
+        pooling(None)
+
+
+def test_attention_pooling_names_its_own_mask_argument(rng):
+    x = rng.normal(size=(B, S, D)).astype("float32")
+    layer = al.AttentionPooling()
+    with pytest.raises(ValueError, match=r"`mask` has shape \(2, 6\)"):
+        layer(x, mask=np.ones((B, S + 1), bool))
+    with pytest.raises(ValueError, match="`mask` must be a boolean"):
+        layer(x, mask=np.ones((B, S), "float32"))
+    with pytest.raises(ValueError, match="`query_dim` must be a positive integer or None"):
+        al.AttentionPooling(query_dim=0)
+
+
+def test_missing_inputs_before_build(rng):
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    with pytest.raises(ValueError, match="`query` is required"):
+        al.Attention()(None, v)
+    with pytest.raises(ValueError, match="`value` is required"):
+        al.LocalAttention(window=1)(v, None)

@@ -10,7 +10,14 @@ from harness import BACKEND, run_layer_test
 from keras import ops
 
 from attnlayers import masking
-from attnlayers.hard import GumbelTemperatureSchedule, HardAttention, ReinforceModel, straight_through
+from attnlayers.hard import (
+    GumbelTemperatureSchedule,
+    HardAttention,
+    ReinforceLoss,
+    ReinforceModel,
+    reinforce_surrogate,
+    straight_through,
+)
 
 B, T, S, D = 2, 3, 5, 4
 
@@ -507,13 +514,13 @@ def test_config_round_trips_every_argument():
     [
         ({"estimator": "straight_through"}, r"`estimator` 'straight_through'.*'reinforce', 'gumbel'"),
         ({"inference": "mode"}, r"`inference` 'mode'.*'argmax', 'expectation'"),
-        ({"num_samples": 0}, r"`num_samples` must be an integer >= 1; received 0"),
+        ({"num_samples": 0}, r"`num_samples` must be a positive integer.*received num_samples=0"),
         ({"num_samples": 1.5}, r"`num_samples`.*1.5"),
-        ({"temperature": 0.0}, r"`temperature` must be a number > 0; received 0.0"),
+        ({"temperature": 0.0}, r"`temperature` must be a number > 0; received temperature=0.0"),
         ({"temperature": -1}, r"`temperature`.*-1"),
-        ({"baseline_decay": 1.0}, r"`baseline_decay` must be in \[0, 1\); received 1.0"),
+        ({"baseline_decay": 1.0}, r"`baseline_decay` must be a number in \[0, 1\); received baseline_decay=1.0"),
         ({"baseline_decay": -0.1}, r"`baseline_decay`.*-0.1"),
-        ({"entropy_weight": -0.01}, r"`entropy_weight` must be a number >= 0; received -0.01"),
+        ({"entropy_weight": -0.01}, r"`entropy_weight` must be a number >= 0; received entropy_weight=-0.01"),
         ({"dropout": 0.1}, r"`dropout`.*0.1"),
         ({"score": "nope"}, r"Unknown `score` 'nope'"),
     ],
@@ -533,3 +540,106 @@ def test_bad_inputs(rng):
         layer(q, v, value_mask=np.ones((B, S + 1), bool))
     with pytest.raises(ValueError, match="float mask is ambiguous"):
         layer(q, v, value_mask=np.ones((B, S), "float32"))
+
+
+# ------------------------------------------------------------------------------ explicit REINFORCE path
+
+
+def test_return_sample_matches_numpy_and_has_no_side_effects(rng):
+    q = rng.normal(size=(B, T, D)).astype("float32")
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    mask = rng.random((B, S)) < 0.7
+    mask[:, 0] = True
+    mask[-1] = False  # nothing visible: log p = 0, H = 0
+    layer = HardAttention(estimator="reinforce", num_samples=3, entropy_weight=0.1, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # explicit: nothing to wire, no warning
+        _, weights, sample = layer(q, v, value_mask=mask, return_attention_scores=True, return_sample=True,
+                                   training=True)
+    assert layer.losses == [] and layer._pop_log_probs() == []  # no add_loss, nothing recorded
+    visible = np.broadcast_to(mask[:, None, :], (B, T, S))
+    alpha = _softmax(np.einsum("btd,bsd->bts", q, v), visible)
+    log_alpha = np.log(np.where(alpha > 0, alpha, 1.0))
+    counts = np.round(_np(weights) * 3)
+    assert sorted(sample) == ["entropy", "log_prob"]
+    np.testing.assert_allclose(_np(sample["log_prob"]), (counts * log_alpha).sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_np(sample["entropy"]), -(alpha * log_alpha).sum(-1), rtol=1e-5, atol=1e-6)
+    # Inference with argmax: the log-probability of the argmax; one query per sequence: (B,).
+    _, weights, sample = layer(q[:, 0], v, value_mask=mask, return_attention_scores=True, return_sample=True)
+    assert tuple(sample["log_prob"].shape) == (B,)
+    expected = (_np(weights) * log_alpha[:, 0]).sum(-1)
+    np.testing.assert_allclose(_np(sample["log_prob"]), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_return_sample_in_a_functional_model(rng):
+    query, value = keras.Input((T, D)), keras.Input((S, D))
+    context, sample = HardAttention(score="general")(query, value, return_sample=True)
+    model = keras.Model([query, value], [context, sample["log_prob"], sample["entropy"]])
+    outputs = model([rng.normal(size=(B, T, D)).astype("float32"), rng.normal(size=(B, S, D)).astype("float32")])
+    assert [tuple(x.shape) for x in outputs] == [(B, T, D), (B, T), (B, T)]
+
+
+def _np_surrogate(loss, log_prob, baseline, entropy=None, weight=0.0, mask=None):
+    m = np.ones_like(log_prob) if mask is None else mask.astype("float32")
+    if loss.ndim == 1:
+        terms = (loss - baseline) * (log_prob * m).sum(-1)
+        bonus = (entropy * m).sum(-1).mean() if entropy is not None else 0.0
+        return terms.mean() - weight * bonus
+    terms = ((loss - baseline) * log_prob * m).sum() / m.sum()
+    bonus = (entropy * m).sum() / m.sum() if entropy is not None else 0.0
+    return terms - weight * bonus
+
+
+def test_reinforce_surrogate_matches_numpy(rng):
+    loss, step_loss = rng.random(B).astype("float32"), rng.random((B, T)).astype("float32")
+    log_prob, entropy = -rng.random((B, T)).astype("float32"), rng.random((B, T)).astype("float32")
+    step_mask = np.array([[1, 1, 0], [1, 1, 1]], bool)
+    for per_example in (loss, step_loss):
+        for mask in (None, step_mask):
+            value = reinforce_surrogate(per_example, log_prob, 0.3, entropy, 0.05, mask)
+            np.testing.assert_allclose(
+                _np(value), _np_surrogate(per_example, log_prob, 0.3, entropy, 0.05, mask), rtol=1e-5
+            )
+    # The gradient with respect to log p(s) is the advantage (Xu eq. 12).
+    _, (grad,) = _value_and_grad(lambda lp: reinforce_surrogate(loss, lp, 0.3), log_prob)
+    np.testing.assert_allclose(grad, np.repeat(((loss - 0.3) / B)[:, None], T, 1), rtol=1e-5)
+    with pytest.raises(ValueError, match="`per_example_loss` must have shape"):
+        reinforce_surrogate(np.zeros((B, T, 1)), log_prob, 0.0)
+
+
+def test_reinforce_loss_layer_baseline_and_added_loss(rng):
+    layer = ReinforceLoss(baseline_decay=0.5, entropy_weight=0.1)
+    sample = {"log_prob": -rng.random((B, T)).astype("float32"), "entropy": rng.random((B, T)).astype("float32")}
+    loss1, loss2 = np.array([1.0, 3.0], "float32"), np.array([5.0, 7.0], "float32")
+    value = layer(loss1, sample)  # not training: no loss, no update
+    np.testing.assert_allclose(_np(value), _np_surrogate(loss1, sample["log_prob"], 2.0, sample["entropy"], 0.1),
+                               rtol=1e-5)
+    assert layer.losses == [] and _np(layer.baseline_steps) == 0
+    layer(loss1, sample, training=True)  # first batch: b = its mean
+    np.testing.assert_allclose(_np(layer.baseline), 2.0)
+    (added,) = layer.losses
+    assert _np(added) == 0.0  # zero-valued: the logged loss stays the task loss; the gradient is the surrogate's
+    value = layer(loss2, sample, training=True)  # uses b = 2 (before this batch), then b = 0.5 * 2 + 0.5 * 6
+    np.testing.assert_allclose(_np(value), _np_surrogate(loss2, sample["log_prob"], 2.0, sample["entropy"], 0.1),
+                               rtol=1e-5)
+    np.testing.assert_allclose(_np(layer.baseline), 4.0)
+    assert _np(layer.baseline_steps) == 2
+    config = layer.get_config()
+    assert config["baseline_decay"] == 0.5 and config["entropy_weight"] == 0.1
+    with pytest.raises(ValueError, match="`sample` must be the dict"):
+        layer(loss1, sample["log_prob"])
+    with pytest.raises(ValueError, match="`baseline_decay` must be a number in"):
+        ReinforceLoss(baseline_decay=1.0)
+
+
+def test_missing_inputs_and_feature_sizes(rng):
+    q = rng.normal(size=(B, T, D)).astype("float32")
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    layer = HardAttention(score="general", estimator="gumbel")
+    with pytest.raises(ValueError, match="`query` is required"):
+        layer(None, v)
+    layer(q, v)
+    with pytest.raises(ValueError, match="`value` is required"):
+        layer(q, None)
+    with pytest.raises(ValueError, match=r"`query` must have last axis 4"):
+        layer(q[..., :2], v)

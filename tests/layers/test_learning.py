@@ -15,7 +15,7 @@ import pytest
 from keras import ops
 
 import attnlayers as al
-from attnlayers.hard import HardAttention, ReinforceModel
+from attnlayers.hard import HardAttention, ReinforceLoss, ReinforceModel
 
 VOCAB, LENGTH, DIM = 12, 10, 16
 MARKER = 0
@@ -98,3 +98,75 @@ def test_reinforce_without_reinforce_model_does_not_learn():
     with pytest.warns(UserWarning, match="ReinforceModel"):
         accuracy = fit_and_evaluate(model, epochs=3)
     assert accuracy < 0.5
+
+
+# ------------------------------------------------------------------------------- REINFORCE in a decoder loop
+# Xu et al. (2015) train REINFORCE hard attention inside an LSTM decoder. The task: copy a sequence, so target
+# step t must read source position t (the tokens are random: nothing else predicts them). Memory = token
+# embedding + position embedding; decoder inputs carry their position too. The reward is the sequence's loss.
+
+COPY_VOCAB, COPY_LENGTH = 10, 5
+
+
+def make_copy_data(n, seed):
+    rng = np.random.default_rng(seed)
+    source = rng.integers(1, COPY_VOCAB, size=(n, COPY_LENGTH)).astype("int32")
+    decoder_in = np.concatenate([np.zeros((n, 1), "int32"), source[:, :-1]], 1)  # start token 0
+    return source, decoder_in, source.copy()
+
+
+class HardAttentionCopier(keras.Model):
+    """Luong decoder with HardAttention(estimator="reinforce"); ``call`` adds the REINFORCE loss."""
+
+    def __init__(self, reinforce=True, **kwargs):
+        super().__init__(**kwargs)
+        self.source_embedding = keras.layers.Embedding(COPY_VOCAB, 16)
+        self.source_positions = keras.layers.Embedding(COPY_LENGTH, 16)
+        self.target_embedding = keras.layers.Embedding(COPY_VOCAB, 16)
+        self.target_positions = keras.layers.Embedding(COPY_LENGTH, 16)
+        self.attention = HardAttention(score="general", estimator="reinforce", seed=0)
+        self.decoder = al.LuongDecoder(32, attention=self.attention, cell="gru", input_feeding=False)
+        self.project = keras.layers.Dense(COPY_VOCAB)
+        self.reinforce = ReinforceLoss(entropy_weight=0.001) if reinforce else None
+
+    def call(self, inputs, training=None):
+        source, decoder_in, target = inputs
+        positions = self.source_positions(ops.arange(COPY_LENGTH)[None])
+        memory = ops.concatenate(
+            [self.source_embedding(source), ops.broadcast_to(positions, (ops.shape(source)[0], COPY_LENGTH, 16))], -1
+        )
+        y = self.target_embedding(decoder_in) + self.target_positions(ops.arange(COPY_LENGTH)[None])
+        if self.reinforce is None:
+            return self.project(self.decoder(y, memory, training=training))
+        outputs, sample = self.decoder(y, memory, return_sample=True, training=training)  # sample: (B, T) each
+        logits = self.project(outputs)
+        step_loss = keras.losses.sparse_categorical_crossentropy(target, logits, from_logits=True)  # (B, T)
+        self.reinforce(ops.mean(step_loss, axis=-1), sample, training=training)  # reward: the sequence's loss
+        return logits
+
+
+def fit_copier(model, epochs=5):
+    keras.utils.set_random_seed(0)
+    model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    x, x_test = make_copy_data(2000, seed=0), make_copy_data(500, seed=1)
+    model.fit(list(x), x[2], batch_size=64, epochs=epochs, verbose=0)
+    _, accuracy = model.evaluate(list(x_test), x_test[2], batch_size=500, verbose=0)  # argmax attention
+    return accuracy
+
+
+def test_reinforce_hard_attention_learns_inside_a_decoder():
+    keras.utils.set_random_seed(0)
+    model = HardAttentionCopier()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the samples are wired: no warning
+        accuracy = fit_copier(model)
+    assert accuracy >= 0.95, accuracy
+    assert float(ops.convert_to_numpy(model.reinforce.baseline_steps)) == 5 * int(np.ceil(2000 / 64))
+
+
+def test_reinforce_inside_a_decoder_without_its_loss_does_not_learn():
+    keras.utils.set_random_seed(0)
+    with pytest.warns(UserWarning, match="return_sample=True"):
+        accuracy = fit_copier(HardAttentionCopier(reinforce=False), epochs=3)
+    assert accuracy < 0.5, accuracy

@@ -106,3 +106,28 @@ def test_local_p_learns_monotone_alignment_on_copy_task():
     p = _np(local.aligned_positions(ops.convert_to_tensor(query_states), None, length))[0, :, 0]
     assert np.all(np.diff(p) > 0), p  # monotone
     assert np.max(np.abs(p - np.arange(length))) <= 1.0, p
+
+
+def test_local_m_attend_step_uses_index_as_p_t(rng):
+    q = rng.normal(size=(B, T, D)).astype("float32")
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    layer = al.LocalAttention(window=1, mode="local-m", score="general")
+    full = _np(layer(q, v, return_attention_scores=True)[1])
+    memory = layer.prepare_memory(v)
+    for t in range(T):
+        _, weights = layer.attend_step(q[:, t], memory, index=t)  # p_t = t
+        np.testing.assert_allclose(_np(weights), full[:, t], atol=1e-6)
+        assert np.all(_np(weights)[:, np.abs(np.arange(S) - t) > 1] == 0.0)
+
+
+def test_local_p_attend_step_equals_call(rng):
+    q = rng.normal(size=(B, T, D)).astype("float32")
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    value_mask = np.array([[1] * 4 + [0] * 3, [1] * 7], bool)
+    layer = al.LocalAttention(window=2, mode="local-p")
+    context, weights = layer(q, v, value_mask=value_mask, return_attention_scores=True)
+    memory = layer.prepare_memory(v, value_mask=value_mask)
+    for t in range(T):
+        c, w = layer.attend_step(q[:, t], memory)  # local-p ignores the index
+        np.testing.assert_allclose(_np(w), _np(weights)[:, t], atol=1e-6)
+        np.testing.assert_allclose(_np(c), _np(context)[:, t], atol=1e-5)

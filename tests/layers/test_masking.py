@@ -113,3 +113,35 @@ def test_compute_attention_mask_combines_everything():
     mask = _np(masking.compute_attention_mask(3, 3, q, k, explicit, use_causal_mask=True))
     expected = q[:, :, None] & k[:, None, :] & explicit & np.tril(np.ones((3, 3), bool))
     np.testing.assert_array_equal(np.broadcast_to(mask, (1, 3, 3)), expected)
+
+
+def test_keras_mask_reads_the_implicit_mask():
+    tokens = np.array([[3, 4, 0]])
+    embedded = keras.layers.Embedding(5, 2, mask_zero=True)(tokens)
+    np.testing.assert_array_equal(_np(masking.keras_mask(embedded)), tokens != 0)
+    assert masking.keras_mask(ops.ones((1, 3))) is None
+    assert masking.keras_mask(None) is None
+
+
+def test_keras_mask_inside_a_compiled_training_step():
+    """Traced values (a JAX jit, a TensorFlow graph) keep their implicit mask too: a layer reading it with
+    keras_mask zeroes the padded steps, so their inputs get no gradient and the loss ignores them."""
+
+    class ZeroPadded(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.supports_masking = True
+
+        def call(self, x):
+            mask = masking.keras_mask(x)  # None while the functional model is being built
+            return x if mask is None else x * ops.cast(mask, x.dtype)[..., None]
+
+    tokens = keras.Input((3,), dtype="int32")
+    embedding = keras.layers.Embedding(5, 2, mask_zero=True, embeddings_initializer="ones")
+    model = keras.Model(tokens, ZeroPadded()(embedding(tokens)))
+    model.compile(keras.optimizers.SGD(1.0), "mse", jit_compile=True)
+    x = np.array([[0, 1, 0], [0, 2, 0]])
+    model.fit(x, np.zeros((2, 3, 2)), epochs=1, verbose=0)
+    table = _np(embedding.embeddings)
+    np.testing.assert_array_equal(table[0], 1.0)  # padding rows got no gradient
+    assert np.all(table[1] != 1.0)

@@ -2,6 +2,7 @@
 decoding cache, masks, bad input, and a small reversal task that must learn the alignment."""
 
 import os
+import warnings
 import tempfile
 
 import keras
@@ -316,7 +317,7 @@ def test_bad_call_arguments(make, call, match):
 def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="Unknown `cell` 'transformer'"):
         BahdanauDecoder(U, cell="transformer")
-    with pytest.raises(ValueError, match="`units` must be a positive integer; received units=0"):
+    with pytest.raises(ValueError, match=r"`units` must be a positive integer.*received units=0"):
         LuongDecoder(0)
     with pytest.raises(ValueError, match="`units` is required"):
         LuongDecoder()
@@ -385,3 +386,70 @@ def test_bahdanau_learns_reversal_and_its_alignment(rng):
     aligned = lengths[:, None] - 1 - np.arange(length)[None]
     alignment = (np.argmax(_np(attention.predict_on_batch([source, decoder_in])), -1) == aligned)[valid].mean()
     assert alignment >= 0.9, alignment
+
+
+# ------------------------------------------------------------------------- REINFORCE hard attention in the loop
+
+
+def test_return_sample_from_the_decoder_loop(rng):
+    """HardAttention(estimator="reinforce") in the loop: log p(s_t) and H(alpha_t) of every step come out
+    explicitly, (B, T) each, and carry a gradient to the scorer (what ReinforceLoss needs)."""
+    y, memory = _inputs(rng)
+    attention = al.HardAttention(score="general", estimator="reinforce", seed=1)
+    decoder = LuongDecoder(U, attention=attention)
+    outputs, weights, sample = decoder(y, memory, memory_mask=MEMORY_MASK, return_attention_scores=True,
+                                       return_sample=True, training=True)
+    assert tuple(outputs.shape) == (B, T, U) and sorted(sample) == ["entropy", "log_prob"]
+    log_prob, entropy, w = _np(sample["log_prob"]), _np(sample["entropy"]), _np(weights)
+    assert log_prob.shape == entropy.shape == (B, T)
+    assert set(np.unique(w)) <= {0.0, 1.0} and np.all(w[0, :, 3:] == 0.0)  # one-hot samples, never padding
+    assert np.all(log_prob <= 0.0) and np.all(np.isfinite(log_prob))
+    assert np.all(entropy >= 0.0) and np.all(entropy[0] <= np.log(3) + 1e-5)  # 3 visible positions
+
+    if BACKEND == "tensorflow":  # (JAX: tests/layers/test_learning.py trains through this gradient)
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            _, s = decoder(y, memory, memory_mask=MEMORY_MASK, return_sample=True, training=True)
+            value = ops.sum(s["log_prob"])
+        grad = tape.gradient(value, attention.scorer.kernel.value)
+        assert grad is not None and np.any(_np(grad) != 0.0)
+
+
+def test_return_sample_in_a_functional_model_and_errors(rng):
+    y_in, m_in = keras.Input((T, E)), keras.Input((S, D))
+    decoder = BahdanauDecoder(U, attention=al.HardAttention(score="general"))
+    outputs, sample = decoder(y_in, m_in, return_sample=True)
+    model = keras.Model([y_in, m_in], [outputs, sample["log_prob"], sample["entropy"]])
+    y, memory = _inputs(rng)
+    assert [tuple(x.shape) for x in model([y, memory])] == [(B, T, U + D), (B, T), (B, T)]
+    with pytest.raises(ValueError, match="`return_sample=True` needs an attention layer that samples"):
+        BahdanauDecoder(U)(y, memory, return_sample=True)
+
+
+def test_unreturned_reinforce_samples_warn_once(rng):
+    y, memory = _inputs(rng)
+    decoder = LuongDecoder(U, attention=al.HardAttention(score="general", estimator="reinforce"))
+    with pytest.warns(UserWarning, match="return_sample=True"):
+        decoder(y, memory, training=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        decoder(y, memory, training=True)  # once
+        decoder(y, memory)  # inference samples nothing
+        LuongDecoder(U, attention=al.HardAttention(score="general", estimator="gumbel"))(y, memory, training=True)
+
+
+def test_missing_inputs_and_feature_sizes(rng):
+    y, memory = _inputs(rng)
+    decoder = LuongDecoder(U)
+    with pytest.raises(ValueError, match="`memory` is required"):
+        decoder(y, None)
+    with pytest.raises(ValueError, match="`target_embeddings` is required"):
+        decoder(None, memory)
+    decoder(y, memory)
+    with pytest.raises(ValueError, match=r"`target_embeddings` must have last axis 4 \(the size the layer"):
+        decoder(y[..., :3], memory)
+    with pytest.raises(ValueError, match=r"`memory` must have last axis 6"):
+        decoder(y, memory[..., :5])
+    with pytest.raises(ValueError, match="`memory` is required"):
+        decoder.initial_cache(None)
