@@ -1,16 +1,17 @@
-"""NMT data: readers, the trans-de-en loader and its splits, the synthetic task, tokenizers, tf.data batches."""
+"""NMT tokenizers and tf.data batches: reserved ids, round trips, the dataset's shapes, buckets and truncation (and
+its count), and tokenizers served from a SavedModel. Readers, the trans-de-en corpus and the synthetic task have
+their own test_data_*.py files."""
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from attnlayers.applications import nmt
-from attnlayers.applications.nmt import data
 
 # --------------------------------------------------------------------------------------------------
 # Shared, built once per module (the corpus loads in about a second, tokenizers train in well under one).
@@ -46,262 +47,6 @@ def synthetic_tokenizers(synthetic_splits):
 def de_en_tokenizers(de_en_splits):
     train = de_en_splits.train[:3000]
     return nmt.build_tokenizers(train, source_vocabulary_size=1500, target_vocabulary_size=1500)
-
-
-# --------------------------------------------------------------------------------------------------
-# Readers
-
-
-def test_read_tsv(tmp_path):
-    path = tmp_path / "pairs.tsv"
-    path.write_text("Guten Morgen.\tGood morning.\n\n  Danke! \tThanks!\r\n", encoding="utf-8")
-    pairs = nmt.read_tsv(path)
-    assert pairs.source == ["Guten Morgen.", "Danke!"]
-    assert pairs.target == ["Good morning.", "Thanks!"]
-    assert list(pairs) == [("Guten Morgen.", "Good morning."), ("Danke!", "Thanks!")]
-    assert len(pairs) == 2 and pairs[1] == ("Danke!", "Thanks!")
-
-
-@pytest.mark.parametrize("bad_line", ["no tab here", "one\ttwo\tthree"])
-def test_read_tsv_names_file_and_line(tmp_path, bad_line):
-    path = tmp_path / "bad.tsv"
-    path.write_text(f"a\tb\n{bad_line}\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad\.tsv, line 2: expected 2 tab-separated fields"):
-        nmt.read_tsv(path)
-
-
-def test_read_parallel(tmp_path):
-    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
-    src.write_text("Hallo Welt.\n\nTschüss.\n", encoding="utf-8")
-    tgt.write_text("Hello world.\n\nBye.", encoding="utf-8")  # no final newline: still 3 lines
-    pairs = nmt.read_parallel(src, tgt)
-    assert pairs.source == ["Hallo Welt.", "", "Tschüss."]
-    assert pairs.target == ["Hello world.", "", "Bye."]
-
-
-def test_read_parallel_line_count_mismatch(tmp_path):
-    src, tgt = tmp_path / "a.de", tmp_path / "b.en"
-    src.write_text("eins\nzwei\ndrei\n", encoding="utf-8")
-    tgt.write_text("one\ntwo\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"3 lines in .*a\.de and 2 lines in .*b\.en"):
-        nmt.read_parallel(src, tgt)
-
-
-def test_pairs_validates_lengths():
-    with pytest.raises(ValueError, match="2 sources and 1 targets"):
-        nmt.Pairs(["a", "b"], ["x"])
-
-
-# --------------------------------------------------------------------------------------------------
-# trans-de-en parsing
-
-
-def test_parse_strips_annotations_and_normalises():
-    line = (
-        "Schande {f} | Das ist (wirklich) eine  Schande! [ugs.] :: shame | It’s (really) a “real” shame {adj} <sic> !"
-    )
-    assert nmt.parse_de_en_line(line) == [("Das ist eine Schande!", 'It\'s a "real" shame!')]
-
-
-def test_parse_pairs_synonyms_alternative_by_alternative():
-    line = (
-        "zurückkommen {vi} | Ich komme darauf zurück.; Ich werde darauf zurückkommen. | Sie kam nie zurück. :: "
-        "to come back | I’ll get back to you on that. | She never came back."
-    )
-    assert nmt.parse_de_en_line(line) == [
-        ("Ich komme darauf zurück.", "I'll get back to you on that."),
-        ("Ich werde darauf zurückkommen.", "I'll get back to you on that."),
-        ("Sie kam nie zurück.", "She never came back."),
-    ]
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        "# Version :: devel",  # comment
-        "Er kam heute sehr spät. | x :: He came very late today.",  # 2 alternatives vs 1
-        "Er kam heute sehr spät. :: He came very late/early today.",  # ambiguous alternatives
-        "Er wartet auf jdn. sehr lange. :: He waits for sb. very long.",  # placeholders
-        "Ist dir je aufgefallen, dass …? :: Has it ever struck you that …?",  # template
-        "Er kam spät. :: He was late.",  # 3 words
-        "das Abhaken von etw. ganz allein. :: the ticking-off of sth. all alone.",  # not a sentence
-    ],
-)
-def test_parse_rejects_non_sentences(line):
-    assert nmt.parse_de_en_line(line) == []
-
-
-def test_load_direction_and_deduplication(tmp_path):
-    path = tmp_path / "de-en"
-    path.write_text(
-        "# header :: ignored\n"
-        "a {n} | Das ist ein gutes Haus. :: a | This is a good house.\n"
-        "Das ist ein gutes Haus. :: That is a good house.\n"  # same German, second English: dropped
-        "Dies ist ein gutes Haus. :: This is a good house.\n"  # same English, another German: kept
-        "Das ist ein gutes Haus. :: This is a good house.\n",  # exact duplicate: dropped
-        encoding="utf-8",
-    )
-    de_en = nmt.load_de_en(path)
-    assert list(de_en) == [
-        ("Das ist ein gutes Haus.", "This is a good house."),
-        ("Dies ist ein gutes Haus.", "This is a good house."),
-    ]
-    en_de = nmt.load_de_en(path, direction="en-de")
-    assert list(en_de) == [
-        ("This is a good house.", "Das ist ein gutes Haus."),
-        ("That is a good house.", "Das ist ein gutes Haus."),
-    ]
-    with pytest.raises(ValueError, match="direction"):
-        nmt.load_de_en(path, direction="de-fr")
-    with pytest.raises(FileNotFoundError, match="trans-de-en"):
-        nmt.load_de_en(tmp_path / "missing")
-
-
-def test_lexicon_keeps_word_and_phrase_entries_and_skips_held_out_lines(tmp_path):
-    path = tmp_path / "de-en"
-    path.write_text(
-        "# header :: ignored\n"
-        "Haus {n}; Gebäude {n} | Häuser {pl} :: house; building | houses\n"  # first synonym of each side
-        "Er kam nach Hause. | nach Hause kommen :: He came back home. | to come home\n"
-        "jdm. etw. geben :: to give sb. sth.\n"  # placeholders
-        "eins zwei drei vier fünf sechs sieben :: one two three four five six seven\n"  # > max_words
-        "Hund {m} [zool.] :: dog\n"
-        "Hund {m} :: dog\n"  # duplicate
-        "Katze {f} | Katzen {pl} :: cat\n",  # unaligned alternatives
-        encoding="utf-8",
-    )
-    entries = [("Haus", "house"), ("Häuser", "houses"), ("nach Hause kommen", "to come home"), ("Hund", "dog")]
-    assert list(nmt.load_de_en_lexicon(path)) == entries  # the sentence itself is load_de_en's
-    assert [(e, d) for d, e in entries] == list(nmt.load_de_en_lexicon(path, direction="en-de"))
-    # A held-out sentence (either side, case and punctuation ignored) removes its whole line.
-    held_out = nmt.Pairs(["Etwas anderes hier."], ["he came back HOME"])
-    assert list(nmt.load_de_en_lexicon(path, held_out=[held_out])) == entries[:2] + entries[3:]
-    assert len(nmt.load_de_en_lexicon(path, max_words=7)) == 5
-    with pytest.raises(ValueError, match="direction"):
-        nmt.load_de_en_lexicon(path, direction="de-fr")
-    with pytest.raises(FileNotFoundError, match="trans-de-en"):
-        nmt.load_de_en_lexicon(tmp_path / "missing")
-
-
-# --------------------------------------------------------------------------------------------------
-# The real corpus and its splits
-
-
-def test_de_en_corpus_is_clean(de_en):
-    assert 15_000 <= len(de_en) <= 20_000, len(de_en)
-    assert len(set(de_en.source)) == len(de_en)  # one target per source
-    assert len(set(de_en)) == len(de_en)  # no exact duplicates
-    sentence = re.compile(r"^\S.*[.!?][\"']?$")
-    for text in de_en.source + de_en.target:
-        assert not re.search(r"[{}\[\]<>()/…]", text), text
-        assert "  " not in text and text == text.strip() and "’" not in text
-        assert sentence.match(text) and len(text.split()) >= 4, text
-    assert ("Er zuckte die Achseln.", "He shrugged his shoulders.") in set(de_en)
-
-
-def test_de_en_split_sizes_and_disjointness(de_en, de_en_splits):
-    splits = de_en_splits
-    assert len(splits.test) == 1000 and len(splits.validation) == 1000
-    assert len(splits.train) == len(de_en) - 2000
-    # By construction: the index sets partition the corpus.
-    train, valid, test = (set(splits.indices[k]) for k in ("train", "validation", "test"))
-    assert not (train & test) and not (valid & test) and not (train & valid)
-    assert train | valid | test == set(range(len(de_en)))
-    assert splits.test.source == [de_en.source[i] for i in splits.indices["test"]]
-    # By content: no test sentence, on either side, case and punctuation aside, is seen elsewhere.
-    key = data._content_key
-    seen = {key(s) for s in splits.train.source + splits.validation.source}
-    seen |= {key(t) for t in splits.train.target + splits.validation.target}
-    assert not any(key(s) in seen for s in splits.test.source)
-    assert not any(key(t) in seen for t in splits.test.target)
-
-
-def test_de_en_split_is_deterministic_and_seeded(de_en, de_en_splits):
-    again = nmt.split_pairs(de_en)
-    assert again.indices == de_en_splits.indices
-    other = nmt.split_pairs(de_en, seed=1)
-    assert other.indices["test"] != de_en_splits.indices["test"]
-    # The test set is drawn first: the validation size does not move it.
-    assert nmt.split_pairs(de_en, num_validation=500).indices["test"] == de_en_splits.indices["test"]
-
-
-def test_split_errors():
-    pairs = nmt.synthetic_pairs(20)
-    with pytest.raises(ValueError, match="num_test=15, num_validation=10 for 20 pairs"):
-        nmt.split_pairs(pairs, num_test=15, num_validation=10)
-    grouped = nmt.Pairs(["Ein Satz hier.", "Ein Satz, hier!", "Anders hier jetzt."], ["a", "b", "c"])
-    splits = nmt.split_pairs(grouped, num_test=1, num_validation=0)  # the two variants stay together
-    assert splits.test.source == ["Anders hier jetzt."]
-    with pytest.raises(ValueError, match="test with exactly 1 pairs"):
-        nmt.split_pairs(nmt.Pairs(["x y", "x y!", "z", "Z."], ["1", "2", "3", "4"]), num_test=1, num_validation=0)
-
-
-# --------------------------------------------------------------------------------------------------
-# Synthetic task
-
-
-def test_synthetic_is_deterministic_and_varied():
-    a, b = nmt.synthetic_pairs(300, seed=5), nmt.synthetic_pairs(300, seed=5)
-    assert a == b
-    assert nmt.synthetic_pairs(300, seed=6).source != a.source
-    lengths = {len(s.split()) for s in a.source}
-    assert lengths == set(range(3, 11))
-    assert len(set(a.source)) == len(a)
-    short = nmt.synthetic_pairs(50, min_length=2, max_length=4)
-    assert {len(s.split()) for s in short.source} <= {2, 3, 4}
-
-
-@pytest.mark.parametrize("reorder", ["swap", "reverse", "none"])
-def test_synthetic_alignment_is_correct(reorder):
-    word_class, translation = nmt.synthetic_dictionary()
-    assert len(set(translation.values())) == len(translation)  # a bijection
-    assert not set(translation) & set(translation.values())  # disjoint vocabularies
-    pairs = nmt.synthetic_pairs(200, seed=2, reorder=reorder)
-    crossed = 0
-    for source, target, alignment in zip(pairs.source, pairs.target, pairs.alignments):
-        s, t = source.split(), target.split()
-        assert len(s) == len(t) == len(alignment) and sorted(alignment) == list(range(len(s)))
-        assert [translation[s[i]] for i in alignment] == t
-        if reorder == "reverse":
-            assert alignment == list(range(len(s)))[::-1]
-        elif reorder == "none":
-            assert alignment == list(range(len(s)))
-        else:  # an adjective moves behind its noun; everything else stays
-            for j, i in enumerate(alignment):
-                if i != j:
-                    crossed += 1
-                    if i == j + 1:
-                        assert word_class[s[j]] == "adjective" and word_class[s[i]] == "noun"
-                else:
-                    assert word_class[s[i]] != "adjective"
-    if reorder == "swap":
-        assert crossed > 100  # a non-trivial reordering
-    back = pairs.swap()
-    assert back.source == pairs.target
-    for a, inverse in zip(pairs.alignments, back.alignments):
-        assert [a[j] for j in inverse] == list(range(len(a)))
-
-
-def test_synthetic_task_is_split_and_tokenized_one_token_per_word():
-    splits, tokenizers = nmt.synthetic_task(500, max_length=8, num_test=40, num_validation=30, seed=4)
-    assert (len(splits.train), len(splits.validation), len(splits.test)) == (430, 30, 40)
-    assert splits.test.alignments is not None
-    assert max(len(s.split()) for s in splits.train.source) <= 6  # [START] + 6 words + [END] = 8
-    source = splits.test.source[0]
-    ids = tokenizers.source.tokenize(tf.constant([source])).to_list()[0]
-    assert len(ids) == len(source.split())
-    assert tokenizers.source.detokenize(tf.constant([ids])).numpy()[0].decode() == source
-    again, _ = nmt.synthetic_task(500, max_length=8, num_test=40, num_validation=30, seed=4)
-    assert again.test == splits.test
-
-
-def test_synthetic_argument_errors():
-    with pytest.raises(ValueError, match="reorder"):
-        nmt.synthetic_pairs(10, reorder="shuffle")
-    with pytest.raises(ValueError, match="min_length=5, max_length=3"):
-        nmt.synthetic_pairs(10, min_length=5, max_length=3)
-    with pytest.raises(ValueError, match="distinct"):
-        nmt.synthetic_pairs(10_000, min_length=1, max_length=1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -428,15 +173,16 @@ def test_dataset_batches(synthetic_splits, synthetic_tokenizers):
 
 def test_dataset_in_order_with_weights_and_truncation(de_en_splits, de_en_tokenizers):
     pairs = de_en_splits.validation[:50]
-    ds = nmt.make_dataset(
-        pairs,
-        de_en_tokenizers,
-        batch_size=20,
-        shuffle=False,
-        max_source_length=6,
-        max_target_length=5,
-        sample_weight=True,
-    )
+    with pytest.warns(UserWarning, match=r"^50 of 50 sentence pairs \(100\.0%\) are truncated"):
+        ds = nmt.make_dataset(
+            pairs,
+            de_en_tokenizers,
+            batch_size=20,
+            shuffle=False,
+            max_source_length=6,
+            max_target_length=5,
+            sample_weight=True,
+        )
     batches = list(ds)
     assert [b[1].shape[0] for b in batches] == [20, 20, 10]
     (source, target_in), target_out, weight = batches[0]
@@ -464,6 +210,84 @@ def test_dataset_fixed_shapes(synthetic_splits, synthetic_tokenizers):
     _check_batch(source, target_in, target_out)
     with pytest.raises(ValueError, match="max_target_length"):
         nmt.make_dataset(synthetic_splits.validation, synthetic_tokenizers, max_target_length=1)
+
+
+def _word_counts(pairs, max_source_length, max_target_length):
+    """What count_truncated must say for word-level tokenizers (one token per word)."""
+    cut_source = [len(s.split()) > max_source_length for s in pairs.source]
+    cut_target = [len(t.split()) > max_target_length - 1 for t in pairs.target]
+    return {
+        "sources": sum(cut_source),
+        "targets": sum(cut_target),
+        "pairs": sum(a or b for a, b in zip(cut_source, cut_target)),
+        "total": len(pairs),
+    }
+
+
+def test_count_truncated(synthetic_splits, synthetic_tokenizers):
+    pairs = synthetic_splits.train
+    for lengths in ((5, 6), (8, 4), (7, 7), (10, 11), (64, 64)):
+        counts = nmt.count_truncated(pairs, synthetic_tokenizers, *lengths)
+        assert counts == _word_counts(pairs, *lengths), lengths
+    assert nmt.count_truncated(pairs, synthetic_tokenizers) == {  # defaults: those of make_dataset
+        "sources": 0,
+        "targets": 0,
+        "pairs": 0,
+        "total": len(pairs),
+    }
+    counts = nmt.count_truncated(pairs, synthetic_tokenizers, max_source_length=5, max_target_length=6)
+    assert 0 < counts["sources"] < counts["total"] and counts["sources"] == counts["targets"]  # same word counts
+    assert nmt.count_truncated(nmt.Pairs([], []), synthetic_tokenizers) == {
+        "sources": 0,
+        "targets": 0,
+        "pairs": 0,
+        "total": 0,
+    }
+    with pytest.raises(ValueError, match="max_target_length"):
+        nmt.count_truncated(pairs, synthetic_tokenizers, 8, 1)
+    with pytest.raises(ValueError, match="max_source_length"):
+        nmt.count_truncated(pairs, synthetic_tokenizers, 0, 8)
+
+
+def test_truncation_warns_once_per_call_with_the_count(synthetic_splits, synthetic_tokenizers):
+    pairs = synthetic_splits.validation
+    expected = _word_counts(pairs, 5, 7)
+    assert 0 < expected["pairs"] < len(pairs)
+    calls = (
+        lambda: nmt.make_dataset(pairs, synthetic_tokenizers, max_source_length=5, max_target_length=7),
+        lambda: nmt.make_dataset(pairs, synthetic_tokenizers, max_source_length=5, max_target_length=7, shuffle=False),
+        lambda: nmt.encode_pairs(pairs, synthetic_tokenizers, max_source_length=5, max_target_length=7),
+    )
+    for call in calls:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert len(caught) == 1, [str(w.message) for w in caught]
+        warning = caught[0]
+        assert warning.category is UserWarning and warning.filename == __file__  # points at the caller
+        message = str(warning.message)
+        assert message.startswith(
+            f"{expected['pairs']} of {len(pairs)} sentence pairs ({100 * expected['pairs'] / len(pairs):.1f}%) "
+            f"are truncated: {expected['sources']} sources longer than max_source_length=5 tokens, "
+            f"{expected['targets']} targets longer than max_target_length - 1 = 6 tokens"
+        ), message
+        assert "count_truncated" in message
+    # Nothing cut: no warning.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nmt.make_dataset(pairs, synthetic_tokenizers, max_source_length=10, max_target_length=11)
+        nmt.encode_pairs(pairs, synthetic_tokenizers)
+    assert not [w for w in caught if "truncated" in str(w.message)]
+
+
+def test_dataset_argument_errors(synthetic_splits, synthetic_tokenizers):
+    pairs = synthetic_splits.validation
+    with pytest.raises(ValueError, match="`batch_size` must be a positive integer; received batch_size=0"):
+        nmt.make_dataset(pairs, synthetic_tokenizers, batch_size=0)
+    with pytest.raises(ValueError, match="`max_source_length` must be a positive integer"):
+        nmt.encode_pairs(pairs, synthetic_tokenizers, max_source_length=0)
+    with pytest.raises(ValueError, match="`max_target_length` must be an integer >= 2"):
+        nmt.encode_pairs(pairs, synthetic_tokenizers, max_target_length=1)
 
 
 # --------------------------------------------------------------------------------------------------

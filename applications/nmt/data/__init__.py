@@ -1,0 +1,39 @@
+"""Parallel text for translation, as plain Python data (`Pairs`, `Splits`) until `make_dataset` turns it into
+batches for `model.fit`; nothing is downloaded and nothing is cached on disk.
+
+    pairs.py      Pairs, Splits: the containers
+    readers.py    read_tsv (source<TAB>target lines), read_parallel (two line-aligned files)
+    de_en.py      the trans-de-en dictionary: load_de_en (sentences), load_de_en_lexicon (words, phrases)
+    split.py      split_pairs: seeded train / validation / test with no sentence in two splits
+    synthetic.py  synthetic_pairs, synthetic_task: a made-up language pair with gold alignments
+    pipeline.py   encode_pairs, make_dataset, count_truncated: tf.data batches (the only TensorFlow import)
+
+docs/nmt-data.md is the data card: what the corpora hold, how they are parsed and split, their counts.
+"""
+
+from .de_en import DE_EN_PATH, load_de_en, load_de_en_lexicon, normalize_text, parse_de_en_line
+from .pairs import Pairs, Splits
+from .pipeline import count_truncated, default_bucket_boundaries, encode_pairs, make_dataset
+from .readers import read_parallel, read_tsv
+from .split import split_pairs
+from .synthetic import synthetic_dictionary, synthetic_pairs, synthetic_task
+
+__all__ = [
+    "DE_EN_PATH",
+    "Pairs",
+    "Splits",
+    "count_truncated",
+    "default_bucket_boundaries",
+    "encode_pairs",
+    "load_de_en",
+    "load_de_en_lexicon",
+    "make_dataset",
+    "normalize_text",
+    "parse_de_en_line",
+    "read_parallel",
+    "read_tsv",
+    "split_pairs",
+    "synthetic_dictionary",
+    "synthetic_pairs",
+    "synthetic_task",
+]

@@ -1,0 +1,96 @@
+"""A seeded train / validation / test partition (`split_pairs`) that never puts one sentence, on either side,
+in two splits: pairs sharing a sentence are grouped, and whole groups are assigned."""
+
+from __future__ import annotations
+
+import random
+
+from attnlayers.validation import non_negative_int
+
+from .pairs import Pairs, Splits
+
+
+def _content_key(text: str) -> str:
+    """What two sentences must share to count as the same: their letters and digits, case-folded."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def _groups(pairs: Pairs) -> list:
+    """Connected components of pairs that share a sentence (either side, by `_content_key`), as lists of
+    indices."""
+    parent = list(range(len(pairs)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner = {}
+    for i, (s, t) in enumerate(pairs):
+        for key in (("s", _content_key(s)), ("t", _content_key(t))):
+            j = owner.setdefault(key, i)
+            if j != i:
+                parent[find(i)] = find(j)
+    groups = {}
+    for i in range(len(pairs)):
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
+
+
+def split_pairs(pairs: Pairs, *, num_test: int = 1000, num_validation: int = 1000, seed: int = 0) -> Splits:
+    """A fixed, seeded train / validation / test partition with no sentence shared between splits.
+
+    Pairs that share a sentence (on either side, ignoring case and punctuation) form a group, and each group
+    goes to exactly one split, so the test set is disjoint from training and validation by construction.
+    Groups are shuffled with `random.Random(seed)`; test groups are taken first (so the test set does not
+    depend on `num_validation`), then validation groups, and the rest is training. Each split keeps the
+    original order of its pairs.
+
+    Args:
+        pairs: the corpus.
+        num_test: exact size of the test set.
+        num_validation: exact size of the validation set.
+        seed: the shuffle seed; the same seed gives the same split in every process.
+
+    Returns:
+        `Splits(train, validation, test, indices)`; training gets at least one pair.
+
+    Raises:
+        ValueError: when the sizes are negative, leave no pair for training, or cannot be met exactly by
+            whole groups.
+    """
+    num_test = non_negative_int(num_test, "num_test")
+    num_validation = non_negative_int(num_validation, "num_validation")
+    held_out = num_test + num_validation
+    if len(pairs) <= held_out:
+        raise ValueError(
+            f"Only {len(pairs)} sentence pairs to split; need more than num_test + num_validation = {held_out} "
+            f"(num_test={num_test}, num_validation={num_validation} for {len(pairs)} pairs), so that "
+            f"training keeps some."
+        )
+    groups = sorted(_groups(pairs))  # by first index: independent of dict/set ordering
+    random.Random(seed).shuffle(groups)
+    taken = [False] * len(groups)
+    indices = {}
+    for name, size in (("test", num_test), ("validation", num_validation)):
+        chosen = []
+        for g, group in enumerate(groups):
+            if len(chosen) == size:
+                break
+            if not taken[g] and len(chosen) + len(group) <= size:
+                taken[g] = True
+                chosen.extend(group)
+        if len(chosen) != size:
+            raise ValueError(
+                f"split_pairs could not fill {name} with exactly {size} pairs from whole groups of pairs that "
+                f"share a sentence; received {len(pairs)} pairs in {len(groups)} groups."
+            )
+        indices[name] = sorted(chosen)
+    indices["train"] = sorted(i for g, group in enumerate(groups) if not taken[g] for i in group)
+    return Splits(
+        train=pairs.select(indices["train"]),
+        validation=pairs.select(indices["validation"]),
+        test=pairs.select(indices["test"]),
+        indices=indices,
+    )
