@@ -1,4 +1,4 @@
-"""Did attention find the alignment? (issue 5's bar: >= 90% for the Bahdanau and Luong models.)
+"""Did attention find the alignment? (The bar: >= 90% for the Bahdanau and Luong models.)
 
 Trains each attention model on the synthetic task of examples/quickstart.py (4000 generated pairs, adjectives
 swapped behind their noun, gold word alignments known, one token per word) and measures on the 200 held-out

@@ -8,7 +8,8 @@ their word-by-word translations into an invented target language in which adject
     target  : hox vir tal jen          (target word j translates source word alignment[j])
 
 The model is a bidirectional GRU encoder and a Bahdanau attention decoder (attnlayers.BahdanauDecoder),
-trained with model.fit on (source, shifted target) batches. The script then
+trained with model.fit on (source, shifted target) batches; the weights of the epoch with the best validation
+accuracy are kept. The script then
 
 1. translates the held-out test sentences with greedy and beam search (k = 4) and prints corpus BLEU;
 2. checks that attention found the alignment: the share of target words whose strongest attention weight
@@ -19,6 +20,7 @@ trained with model.fit on (source, shifted target) batches. The script then
 
     python examples/quickstart.py                    # about two minutes on 2 CPU cores
     python examples/quickstart.py --epochs 3 --out /tmp/quickstart
+    python examples/quickstart.py --strategy mirrored --precision mixed_bfloat16
 """
 
 import argparse
@@ -32,7 +34,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from attnlayers import BeamSearch  # noqa: E402
-from attnlayers.applications import nmt  # noqa: E402
+from attnlayers.applications import core, nmt  # noqa: E402
 from attnlayers.applications.nmt import evaluate  # noqa: E402
 from attnlayers.applications.nmt.export import export_translator  # noqa: E402
 from attnlayers.applications.nmt.model import RNNSeq2Seq  # noqa: E402
@@ -42,12 +44,18 @@ MAX_LENGTH = 16  # words per sentence, [START] / [END] included
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=12, help="training epochs over 4000 pairs (default 12)")
+    parser.add_argument("--epochs", type=int, default=12, help="training epochs over 3600 pairs (default 12)")
     parser.add_argument("--out", default=os.path.join("artifacts", "quickstart"),
-                        help="where the heatmap and the SavedModel go (default artifacts/quickstart)")
+                        help="where the heatmap, the SavedModel and results.json go (default artifacts/quickstart)")
     parser.add_argument("--seed", type=int, default=0, help="data, split and initialization seed")
+    core.add_runtime_arguments(parser)
     args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    if args.epochs < 1:
+        parser.error("--epochs must be at least 1")
+    try:
+        strategy = core.runtime_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
     keras.utils.set_random_seed(args.seed)
 
     # Data: 4000 generated pairs, 200 held out for test and 200 for validation; one token per word.
@@ -56,41 +64,54 @@ def main(argv=None):
     train = nmt.make_dataset(splits.train, tokenizers, seed=args.seed, **batches)
     validation = nmt.make_dataset(splits.validation, tokenizers, shuffle=False, **batches)
 
-    model = RNNSeq2Seq(tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size, embedding_dim=64,
-                       units=128, attention="bahdanau", dropout=0.1, name="bahdanau")
-    model.compile_for_translation(learning_rate=3e-3)
-    model.fit(train, validation_data=validation, epochs=args.epochs, verbose=2)
+    with strategy.scope():
+        model = RNNSeq2Seq(tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size, embedding_dim=64,
+                           units=128, attention="bahdanau", dropout=0.1, name="bahdanau")
+        model.compile_for_translation(learning_rate=3e-3)
+    test, beam, served = splits.test, BeamSearch(4), {}
 
-    # 1. BLEU on the held-out sentences.
-    test = splits.test
-    beam = BeamSearch(4)
-    results = {}
-    for label, strategy in (("greedy", "greedy"), ("beam search (k=4)", beam)):
-        bleu, results[label] = evaluate.evaluate_bleu(model, tokenizers, test, strategy=strategy,
-                                                      max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
-        print(f"test BLEU, {label}: {bleu:.1f}")
-    for source, target, hypothesis in list(zip(test.source, test.target, results["beam search (k=4)"]))[:3]:
-        print(f"  {source}\n    reference: {target}\n    model:     {hypothesis}")
-
-    # 2. Did attention find the alignment?
-    print(f"alignment accuracy: {evaluate.alignment_accuracy(model, tokenizers, test):.3f} "
-          "(share of target words attending most to their gold source word)")
+    # 1. BLEU on the held-out sentences; 2. did attention find the alignment?
+    def evaluate_model(model):
+        bleu = {}
+        for label, strategy in (("greedy", "greedy"), ("beam search (k=4)", beam)):
+            bleu[label], served[label] = evaluate.evaluate_bleu(
+                model, tokenizers, test, strategy=strategy, max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
+            print(f"test BLEU, {label}: {bleu[label]:.1f}")
+        for source, target, hypothesis in list(zip(test.source, test.target, served["beam search (k=4)"]))[:3]:
+            print(f"  {source}\n    reference: {target}\n    model:     {hypothesis}")
+        accuracy = evaluate.alignment_accuracy(model, tokenizers, test)
+        print(f"alignment accuracy: {accuracy:.3f} (share of target words attending most to their gold source word)")
+        return {"bleu": bleu, "alignment_accuracy": accuracy}
 
     # 3. The heatmap of one test sentence.
-    heatmap = os.path.join(args.out, "alignment.png")
-    evaluate.plot_alignment(model, tokenizers, test.source[0], test.target[0], heatmap)
-    print(f"wrote {heatmap}")
+    def pictures(model, out):
+        heatmap = os.path.join(out, "alignment.png")
+        evaluate.plot_alignment(model, tokenizers, test.source[0], test.target[0], heatmap)
+        print(f"wrote {heatmap}")
+        return [heatmap]
 
     # 4. Export, reload (as a server would: tf.saved_model.load, no attnlayers needed) and compare.
-    path = os.path.join(args.out, "translator")
-    export_translator(path, model, tokenizers, strategy=beam, max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
-    reloaded = tf.saved_model.load(path)
-    served = [t.decode() for t in reloaded.translate(tf.constant(list(test.source)))["translation"].numpy()]
-    same = sum(a == b for a, b in zip(served, results["beam search (k=4)"]))
-    print(f"exported {path}; the reloaded translator agrees with in-process decoding on {same}/{len(test)} "
-          "test sentences")
-    print(f"  {reloaded.translate(tf.constant([test.source[0]]))['translation'].numpy()[0].decode()!r}")
-    return 0 if same == len(test) else 1
+    def export(model, out):
+        path = os.path.join(out, "translator")
+        export_translator(path, model, tokenizers, strategy=beam, max_source_length=MAX_LENGTH,
+                          max_length=MAX_LENGTH)
+        reloaded = tf.saved_model.load(path)
+        texts = [t.decode() for t in reloaded.translate(tf.constant(list(test.source)))["translation"].numpy()]
+        served["agree"] = sum(a == b for a, b in zip(texts, served["beam search (k=4)"]))
+        print(f"exported {path}; the reloaded translator agrees with in-process decoding on {served['agree']}/"
+              f"{len(test)} test sentences")
+        print(f"  {reloaded.translate(tf.constant([test.source[0]]))['translation'].numpy()[0].decode()!r}")
+        return path
+
+    # Training keeps the weights of the epoch with the best validation accuracy (not the last epoch's).
+    result = core.run_recipe(
+        model, train, validation=validation, epochs=args.epochs,
+        callbacks=[core.BestWeights("val_accuracy")], evaluate=evaluate_model, pictures=pictures, export=export,
+        out_dir=args.out, record={"model": "bahdanau", "data": "synthetic", "seed": args.seed}, verbose=2,
+        strategy=strategy,
+    )
+    print(f"results: {result['results_path']}")
+    return 0 if served["agree"] == len(test) else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Train, evaluate and export a translation model from attnlayers.applications.nmt.
 
     python examples/train_nmt.py --model bahdanau --data synthetic --epochs 10
-    python examples/train_nmt.py --model transformer --data de-en --minutes 20 --beam-size 4
+    python examples/train_nmt.py --model transformer --data de-en --epochs 100 --minutes 20
     python examples/train_nmt.py --model luong --data tsv:pairs.tsv --epochs 20 --strategy mirrored
 
 Data: "synthetic" (generated, with gold alignments; nothing to install), "de-en" (German-English sentence
@@ -9,169 +9,239 @@ pairs of the Debian package trans-de-en: apt-get install trans-de-en), or "tsv:P
 `source<TAB>target` lines). The data is split once with a fixed seed (the test set is never seen in training
 or when the SentencePiece vocabulary is learned).
 
-At the end the script prints a BLEU table (greedy and beam search on the test set), writes an alignment
-heatmap (per-layer, per-head cross-attention maps for the Transformer) and exports a `translate` SavedModel
-(strings in, strings out) that loads with tensorflow + tensorflow_text only. Training logs go to TensorBoard
+Each model trains with its best measured recipe unless --variant names another (benchmarks/README.md has the
+measurements): --model transformer is the pre-LN 2+2-layer Transformer with dropout 0.3 and the mean of its 3
+best epochs ("lowres", the best model on German-English); the RNN models use "base".
+
+At the end the script restores the recipe's best weights, prints a BLEU table (greedy and beam search on the
+test set), writes an alignment heatmap (per-layer, per-head cross-attention maps for the Transformer),
+exports a `translate` SavedModel (strings in, strings out) that loads with tensorflow + tensorflow_text only,
+and says how long each phase took and whether --minutes stopped training. Training logs go to TensorBoard
 (`tensorboard --logdir OUT/logs`) and checkpoints to OUT/backup: run the same command again after an
 interruption and training resumes where it stopped (keras.callbacks.BackupAndRestore).
 """
 
 import argparse
-import json
 import os
 import sys
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
 MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")
+PROG = os.path.basename(__file__)
+
+
+class UsageError(Exception):
+    """A problem with the command line or the data that the user can fix: one line, exit status 2."""
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from attnlayers.applications import core
+    from attnlayers.applications.nmt import recipes
+
+    def listing(table):
+        return "; ".join(f"{name}: {variant.description}" for name, variant in table.items())
+
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=MODELS, default="bahdanau",
                         help="seq2seq: RNN encoder-decoder without attention; bahdanau: additive attention; luong: "
                              "global attention (general score / sqrt(d)) with input feeding; local: Luong local-p; "
-                             "transformer: the Transformer (default: bahdanau)")
+                             "transformer: the Transformer, by default its best measured recipe 'lowres' "
+                             "(default: bahdanau)")
+    variant_names = sorted(set(recipes.TRANSFORMER_VARIANTS) | set(recipes.RNN_VARIANTS))
+    parser.add_argument("--variant", choices=variant_names, default=None,
+                        help="the training recipe (default: the model's best measured one: lowres for the "
+                             f"Transformer, base for the RNNs). Transformer: {listing(recipes.TRANSFORMER_VARIANTS)}. "
+                             f"RNN models: {listing(recipes.RNN_VARIANTS)}")
+    parser.add_argument("--size", choices=("tiny", "base"), default=None,
+                        help="older name of the recipe: tiny = --variant tiny, base = the model's default recipe")
     parser.add_argument("--data", default="synthetic",
                         help="synthetic | de-en | tsv:PATH (default: synthetic)")
     parser.add_argument("--epochs", type=int, default=10, help="passes over the training split (default 10)")
     parser.add_argument("--minutes", type=float, default=None,
-                        help="also stop training after this many minutes of wall-clock time")
+                        help="wall-clock budget for training only (checked after every step; the epoch's "
+                             "validation still runs); evaluation, pictures and export come after it and are not "
+                             "counted. The end of the run says whether it stopped training and where")
     parser.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch (default 64)")
-    parser.add_argument("--strategy", choices=("default", "mirrored"), default="default",
-                        help="tf.distribute strategy: default (one device) or mirrored (all local GPUs, or the CPU)")
+    core.add_runtime_arguments(parser)
     parser.add_argument("--vocabulary-size", type=int, default=None,
                         help="SentencePiece vocabulary, shared by both sides (default: 4000; word-level for "
                              "synthetic data)")
-    parser.add_argument("--max-length", type=int, default=48, help="longest source / target in pieces (default 48)")
-    parser.add_argument("--size", choices=("tiny", "base"), default="base",
-                        help="model size: tiny for smoke runs, base for real data (default base)")
+    parser.add_argument("--max-length", type=int, default=48,
+                        help="longest source / target in pieces; longer pairs are truncated and counted "
+                             "(default 48)")
     parser.add_argument("--beam-size", type=int, default=4, help="k of the beam search evaluation (default 4)")
     parser.add_argument("--learning-rate", type=float, default=None,
-                        help="Adam learning rate (default: 1e-3 for the RNNs, the warm-up schedule for the "
-                             "Transformer)")
+                        help="Adam learning rate (default: the recipe's: 1e-3 for the RNNs, the warm-up schedule "
+                             "for the Transformer)")
     parser.add_argument("--num-test", type=int, default=1000, help="held-out test pairs (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="data split, shuffling and initialization seed")
-    parser.add_argument("--out", default=None, help="output directory (default artifacts/nmt/MODEL-DATA)")
+    parser.add_argument("--out", default=None,
+                        help="output directory, created once the data is read (default artifacts/nmt/MODEL-DATA)")
     parser.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
     if not (args.data in ("synthetic", "de-en") or args.data.startswith("tsv:")):
         parser.error(f"--data must be synthetic, de-en or tsv:PATH; received {args.data!r}")
+    if args.data == "tsv:":
+        parser.error("--data tsv:PATH needs a file name after 'tsv:'")
     for flag in ("epochs", "batch_size", "max_length", "beam_size", "num_test"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.max_length < 2:
+        parser.error("--max-length must be at least 2 ([START] / [END] take one place)")
+    if args.minutes is not None and not args.minutes > 0:
+        parser.error("--minutes must be a positive number")
+    if args.vocabulary_size is not None and args.vocabulary_size <= 4:
+        parser.error("--vocabulary-size must exceed the 4 reserved tokens")
+    if args.variant is None and args.size == "tiny":
+        args.variant = "tiny"
+    table = recipes.variants(args.model)
+    if args.variant is not None and args.variant not in table:
+        parser.error(f"--variant {args.variant} is not a recipe of --model {args.model}; choose from "
+                     f"{', '.join(sorted(table))}")
+    args.variant = recipes.get_variant(args.model, args.variant).name
     return args
 
 
 def load_data(args):
+    """Reads, splits and tokenizes the data; problems the user can fix raise UsageError (one line)."""
     from attnlayers.applications import nmt
 
-    if args.data == "synthetic":
-        pairs = nmt.synthetic_pairs(6000, seed=args.seed, max_length=min(14, args.max_length - 2))
-        num_test = min(args.num_test, 500)
-    elif args.data == "de-en":
-        if not os.path.exists(nmt.DE_EN_PATH):
-            sys.exit(f"The German-English pairs are not installed ({nmt.DE_EN_PATH}): apt-get install trans-de-en")
-        pairs, num_test = nmt.load_de_en(), args.num_test
-    else:
-        pairs, num_test = nmt.read_tsv(args.data[4:]), args.num_test
-    if len(pairs) < num_test * 3:
-        num_test = max(1, len(pairs) // 10)
-    splits = nmt.split_pairs(pairs, num_test=num_test, num_validation=num_test, seed=args.seed)
-    if args.data == "synthetic":
-        tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=300, target_vocabulary_size=300,
-                                          model_type="word")
-    else:
-        tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=args.vocabulary_size or 4000, shared=True)
+    try:
+        if args.data == "synthetic":
+            pairs = nmt.synthetic_pairs(6000, seed=args.seed, max_length=min(14, args.max_length - 2))
+            num_test = min(args.num_test, 500)
+        elif args.data == "de-en":
+            if not os.path.exists(nmt.DE_EN_PATH):
+                raise UsageError(f"{nmt.DE_EN_PATH}: the German-English pairs are not installed "
+                                 "(apt-get install trans-de-en)")
+            pairs, num_test = nmt.load_de_en(), args.num_test
+        else:
+            path = args.data[4:]
+            if not os.path.isfile(path):
+                raise UsageError(f"{path}: no such file (--data tsv:PATH needs a file of source<TAB>target lines)")
+            pairs, num_test = nmt.read_tsv(path), args.num_test
+            if len(pairs) == 0:
+                raise UsageError(f"{path}: no source<TAB>target pairs in the file")
+        if len(pairs) < num_test * 3:
+            num_test = max(1, len(pairs) // 10)
+        splits = nmt.split_pairs(pairs, num_test=num_test, num_validation=num_test, seed=args.seed)
+        if args.data == "synthetic":
+            tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=300, target_vocabulary_size=300,
+                                              model_type="word")
+        else:
+            tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=args.vocabulary_size or 4000,
+                                              shared=True)
+    except (OSError, UnicodeError, ValueError) as error:
+        if isinstance(error, OSError) and error.filename:
+            raise UsageError(f"{error.filename}: {error.strerror or error}") from None
+        raise UsageError(" ".join(str(error).split())) from None
     return splits, tokenizers
-
-
-def build(args, tokenizers):
-    from attnlayers.applications.nmt import model as nmt_model
-
-    source, target = tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size
-    tiny = args.size == "tiny"
-    if args.model == "transformer":
-        model = nmt_model.TransformerTranslator(
-            source, target, num_layers=1 if tiny else 3, d_model=64 if tiny else 256, num_heads=4,
-            intermediate_dim=128 if tiny else 1024, dropout=0.1 if tiny else 0.2, max_length=args.max_length,
-            shared_embeddings=tokenizers.shared, name="transformer",
-        )
-        model.compile_for_translation(learning_rate=args.learning_rate, warmup_steps=200 if tiny else 1000)
-    else:
-        model = nmt_model.build_model(args.model, source, target, embedding_dim=64 if tiny else 256,
-                                      units=128 if tiny else 512, dropout=0.1 if tiny else 0.3)
-        model.compile_for_translation(args.learning_rate or 1e-3)
-    return model
 
 
 def main(argv=None):
     args = parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run(args):
     import keras
-    import tensorflow as tf
 
     from attnlayers import BeamSearch
-    from attnlayers.applications import nmt
-    from attnlayers.applications.nmt import evaluate, training
+    from attnlayers.applications import core, nmt
+    from attnlayers.applications.nmt import evaluate, recipes
     from attnlayers.applications.nmt.export import export_translator
 
+    try:  # before any other TensorFlow op (a multi-worker strategy must come first)
+        strategy = core.runtime_from_args(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     keras.utils.set_random_seed(args.seed)
-    out = args.out or os.path.join("artifacts", "nmt", f"{args.model}-{args.data.replace(':', '_').replace('/', '_')}")
-    os.makedirs(out, exist_ok=True)
     splits, tokenizers = load_data(args)
+    default = args.variant == recipes.DEFAULT_VARIANTS[args.model]
+    name = args.model if default else f"{args.model}-{args.variant}"
+    out = args.out or os.path.join("artifacts", "nmt", f"{name}-{args.data.replace(':', '_').replace('/', '_')}")
+
     print(f"data: {args.data}, {len(splits.train)} train / {len(splits.validation)} validation / "
           f"{len(splits.test)} test pairs; vocabulary {tokenizers.source.vocabulary_size} / "
           f"{tokenizers.target.vocabulary_size}{' (shared)' if tokenizers.shared else ''}")
     lengths = dict(max_source_length=args.max_length, max_target_length=args.max_length)
-    train = nmt.make_dataset(splits.train, tokenizers, batch_size=args.batch_size, seed=args.seed, **lengths)
-    validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=args.batch_size, shuffle=False,
-                                  **lengths)
+    truncated = {split: nmt.count_truncated(getattr(splits, split), tokenizers, **lengths)
+                 for split in ("train", "validation", "test")}
+    cut = truncated["train"]
+    print(f"truncated at --max-length {args.max_length}: {cut['pairs']} of {cut['total']} training pairs "
+          f"({cut['sources']} sources, {cut['targets']} targets); validation {truncated['validation']['pairs']}, "
+          f"test sources {truncated['test']['sources']} (BLEU is computed on the truncated sources)")
+    with warnings.catch_warnings():  # make_dataset's truncation warning: counted above
+        warnings.filterwarnings("ignore", message=r".*are truncated", category=UserWarning)
+        train = nmt.make_dataset(splits.train, tokenizers, batch_size=args.batch_size, seed=args.seed, **lengths)
+        validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=args.batch_size, shuffle=False,
+                                      **lengths)
 
-    strategy = tf.distribute.MirroredStrategy() if args.strategy == "mirrored" else tf.distribute.get_strategy()
     with strategy.scope():
-        model = build(args, tokenizers)
-        model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
-    print(f"model: {args.model}, replicas: {strategy.num_replicas_in_sync}")
-    callbacks = [
-        keras.callbacks.TensorBoard(os.path.join(out, "logs")),
-        keras.callbacks.BackupAndRestore(os.path.join(out, "backup")),
-        training.BestWeights(),
-    ]
-    if args.minutes:
-        callbacks.append(training.TimeBudget(args.minutes * 60))
-    model.fit(train, validation_data=validation, epochs=args.epochs, callbacks=callbacks, verbose=args.verbose)
-    model.summary()
-
-    table = {}
-    decoding = {"greedy": "greedy", f"beam (k={args.beam_size})": BeamSearch(args.beam_size, alpha=0.6)}
-    for label, how in decoding.items():
-        table[label], hypotheses = evaluate.evaluate_bleu(
-            model, tokenizers, splits.test, strategy=how, max_source_length=args.max_length,
-            max_length=args.max_length,
+        model, best = recipes.build_recipe(
+            args.model, tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size, args.variant,
+            max_length=args.max_length, shared_embeddings=tokenizers.shared, learning_rate=args.learning_rate,
         )
-    print(f"\n| model | data | test pairs | {' | '.join(f'BLEU {k}' for k in table)} |")
-    print(f"|---|---|---|{'---|' * len(table)}")
-    print(f"| {args.model} | {args.data} | {len(splits.test)} | {' | '.join(f'{v:.2f}' for v in table.values())} |")
-    for source, reference, hypothesis in list(zip(splits.test.source, splits.test.target, hypotheses))[:3]:
-        print(f"\n  {source}\n    reference: {reference}\n    model:     {hypothesis}")
-    result = {"model": args.model, "data": args.data, "bleu": table}
-    if splits.test.alignments is not None and args.model != "seq2seq":
-        result["alignment_accuracy"] = evaluate.alignment_accuracy(model, tokenizers, splits.test)
-        print(f"\nalignment accuracy (argmax of attention on the gold source word): {result['alignment_accuracy']}")
-    if args.model != "seq2seq":
+        model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
+    variant = recipes.get_variant(args.model, args.variant)
+    print(f"model: {args.model}, recipe {variant.name} ({variant.description}); {model.count_params():,} "
+          f"parameters; {core.describe_runtime(strategy)}")
+    callbacks = core.standard_callbacks(out, minutes=args.minutes, best=best)
+
+    decoding = {"greedy": "greedy", f"beam (k={args.beam_size})": BeamSearch(args.beam_size, alpha=0.6)}
+
+    def evaluate_model(model):
+        table = {}
+        for label, how in decoding.items():
+            table[label], hypotheses = evaluate.evaluate_bleu(
+                model, tokenizers, splits.test, strategy=how, max_source_length=args.max_length,
+                max_length=args.max_length,
+            )
+        print(f"\n| model | data | test pairs | {' | '.join(f'BLEU {k}' for k in table)} |")
+        print(f"|---|---|---|{'---|' * len(table)}")
+        print(f"| {args.model} | {args.data} | {len(splits.test)} | "
+              f"{' | '.join(f'{v:.2f}' for v in table.values())} |")
+        for source, reference, hypothesis in list(zip(splits.test.source, splits.test.target, hypotheses))[:3]:
+            print(f"\n  {source}\n    reference: {reference}\n    model:     {hypothesis}")
+        result = {"bleu": table}
+        if splits.test.alignments is not None and args.model != "seq2seq":
+            result["alignment_accuracy"] = evaluate.alignment_accuracy(model, tokenizers, splits.test)
+            print(f"\nalignment accuracy (argmax of attention on the gold source word): "
+                  f"{result['alignment_accuracy']}")
+        return result
+
+    def pictures(model, out):
         paths = evaluate.plot_alignment(model, tokenizers, splits.test.source[0], splits.test.target[0],
                                         os.path.join(out, "alignment.png"), max_length=args.max_length)
         print("wrote " + ", ".join(paths))
-    if not args.no_export:
+        return paths
+
+    def export(model, out):
         path = os.path.join(out, "translator")
         export_translator(path, model, tokenizers, strategy=BeamSearch(args.beam_size, alpha=0.6),
                           max_source_length=args.max_length, max_length=args.max_length)
         print(f"exported {path}: tf.saved_model.load(path).translate(tf.constant([...]))")
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(result, f, indent=1)
+        return path
+
+    record = {"model": args.model, "variant": args.variant, "data": args.data, "seed": args.seed,
+              "max_length": args.max_length, "batch_size": args.batch_size, "truncated": truncated,
+              "runtime": core.describe_runtime(strategy)}
+    result = core.run_recipe(
+        model, train, validation=validation, epochs=args.epochs, callbacks=callbacks, evaluate=evaluate_model,
+        pictures=None if args.model == "seq2seq" else pictures, export=None if args.no_export else export,
+        out_dir=out, record=record, verbose=args.verbose, strategy=strategy,
+    )
+    print(f"results: {result['results_path']}")
     return 0
 
 

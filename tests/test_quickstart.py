@@ -1,5 +1,6 @@
 """Smoke test of examples/quickstart.py: trains the attention translator briefly, scores it, draws the heatmap,
-exports the translate SavedModel and checks the reloaded one agrees with in-process decoding."""
+restores the best epoch's weights, exports the translate SavedModel and checks the reloaded one agrees with
+in-process decoding."""
 
 import importlib.util
 import os
@@ -36,3 +37,5 @@ def test_quickstart_trains_translates_exports_and_agrees(tmp_path):
     assert len(bleu) == 2 and all(b > 30 for b in bleu), result.stdout  # 3 epochs already translate
     accuracy = re.search(r"alignment accuracy: ([0-9.]+)", result.stdout)
     assert accuracy and float(accuracy.group(1)) > 0.5, result.stdout  # chance is ~1/7
+    assert re.search(r"weights: epoch [123] \(best val_accuracy", result.stdout), result.stdout  # the best epoch's
+    assert (out / "results.json").exists()

@@ -6,22 +6,26 @@
     splits = nmt.split_pairs(nmt.load_de_en())          # German-English, test set of 1000 held out
     tokenizers = nmt.build_tokenizers(splits, shared=True)  # SentencePiece, trained on splits.train only
     train = nmt.make_dataset(splits.train, tokenizers)  # ((source_ids, target_in_ids), target_out_ids)
-    model = nmt.build_model("bahdanau", tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size)
-    model.compile_for_translation()
-    model.fit(train, epochs=10)
+    vocabulary = tokenizers.source.vocabulary_size                   # shared: one vocabulary for both sides
+    model, best = nmt.build_recipe("transformer", vocabulary, vocabulary, shared_embeddings=True)  # its best recipe
+    model.fit(train, validation_data=..., epochs=10, callbacks=[best])  # best: the recipe's weight selection
     bleu, _ = evaluate.evaluate_bleu(model, tokenizers, splits.test, strategy=BeamSearch(4))
     export.export_translator("translator", model, tokenizers, strategy=BeamSearch(4))
 
 `nmt.synthetic_pairs()` is a made-up language pair with known word alignments for quick runs and tests;
 `nmt.synthetic_task()` splits it and builds its word-level tokenizers in one call.
-Modules: `data`, `tokenizer` (data), `model` (the five models, loss, metric, schedule), `training` (time
-budget, best weights), `evaluate` (translate, BLEU, alignments, heatmaps), `export` (translate SavedModel).
+Modules: `data`, `tokenizer` (data), `model` (the five models), `recipes` (each model's training recipes,
+its best measured one the default: `build_recipe`), `evaluate` (translate, BLEU, alignments, heatmaps),
+`export` (translate SavedModel). The loss, metric, schedule and callbacks come from `applications.core`
+(re-exported here; `training` is kept as an alias of `core.callbacks`).
 """
 
+from ..core.callbacks import BestWeights, TimeBudget
 from .data import (
     DE_EN_PATH,
     Pairs,
     Splits,
+    count_truncated,
     default_bucket_boundaries,
     encode_pairs,
     load_de_en,
@@ -46,6 +50,7 @@ from .model import (
     Translator,
     build_model,
 )
+from .recipes import DEFAULT_VARIANTS, RNN_VARIANTS, TRANSFORMER_VARIANTS, Variant, build_recipe, get_variant
 from .tokenizer import (
     END_ID,
     PAD_ID,
@@ -59,6 +64,14 @@ from .tokenizer import (
 )
 
 __all__ = [
+    "BestWeights",
+    "DEFAULT_VARIANTS",
+    "RNN_VARIANTS",
+    "TRANSFORMER_VARIANTS",
+    "TimeBudget",
+    "Variant",
+    "build_recipe",
+    "get_variant",
     "MODELS",
     "MaskedAccuracy",
     "MaskedCrossEntropy",
@@ -78,6 +91,7 @@ __all__ = [
     "SubwordTokenizer",
     "Tokenizers",
     "build_tokenizers",
+    "count_truncated",
     "default_bucket_boundaries",
     "encode_pairs",
     "load_de_en",

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from attnlayers.decoding import BeamSearch, get_strategy
 
+from ..core.bleu import corpus_bleu
 from .tokenizer import END_ID, PAD_ID, START_ID
 
 
@@ -45,29 +46,35 @@ def _decode_function(model, max_length, strategy, jit_compile):
     return cache[key]
 
 
-def strip_special(token_ids):
+def strip_special(token_ids, *, start_id=START_ID, end_id=END_ID, pad_id=PAD_ID):
     """One decoded row -> its target ids, without [START] tokens, stopping at [END] / padding (as the export)."""
     out = []
     for t in token_ids:
         t = int(t)
-        if t == START_ID:
+        if t == start_id:
             continue
-        if t in (END_ID, PAD_ID):
+        if t in (end_id, pad_id):
             break
         out.append(t)
     return out
+
+
+def _special_ids(model):
+    end = model.end_token_id if model.end_token_id is not None else -1
+    return dict(start_id=model.start_token_id, end_id=end, pad_id=model.pad_token_id)
 
 
 def translate_ids(model, source_ids, *, max_length=64, strategy="greedy", batch_size=100, jit_compile=False):
     """Decodes (N, S) source ids in batches -> list of N lists of target ids (the best beam for beam search)."""
     strategy = get_strategy(strategy)
     decode = _decode_function(model, max_length, strategy, jit_compile)
+    special = _special_ids(model)
     results = []
     for start in range(0, len(source_ids), batch_size):
         tokens = decode(source_ids[start : start + batch_size]).tokens.numpy()
         if isinstance(strategy, BeamSearch):
             tokens = tokens[:, 0]
-        results.extend(strip_special(row) for row in tokens)
+        results.extend(strip_special(row, **special) for row in tokens)
     return results
 
 
@@ -98,15 +105,6 @@ def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, 
     return ["" if not text.strip() else out.decode("utf-8") for text, out in zip(texts, decoded)]
 
 
-def corpus_bleu(hypotheses, references):
-    """Corpus BLEU (sacrebleu, 13a tokenization, 0-100) of detokenized hypotheses against one reference each."""
-    import sacrebleu
-
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references.")
-    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score
-
-
 def evaluate_bleu(model, tokenizers, pairs, *, strategy="greedy", max_source_length=64, max_length=64,
                   batch_size=100):
     """Translates ``pairs.source`` and scores against ``pairs.target``: ``(bleu, hypotheses)``."""
@@ -124,7 +122,7 @@ def alignment(model, tokenizers, source, target, *, max_length=64):
     """
     source_ids = tokenizers.source.tokenize(tf.constant([source]))[:, :max_length].to_tensor()
     target_ids = tokenizers.target.tokenize(tf.constant([target]))[:, : max_length - 1].to_tensor()
-    target_in = tf.concat([tf.fill([1, 1], START_ID), tf.cast(target_ids, tf.int32)], axis=1)
+    target_in = tf.concat([tf.fill([1, 1], model.start_token_id), tf.cast(target_ids, tf.int32)], axis=1)
     maps = model.attention_maps(tf.cast(source_ids, tf.int32), target_in)
     if maps is None:
         raise ValueError(f"model {model.name!r} has no attention to plot.")
@@ -191,7 +189,8 @@ def alignment_accuracy(model, tokenizers, pairs, *, batch_size=200):
         if source.row_lengths().numpy().tolist() != words[0] or target.row_lengths().numpy().tolist() != words[1]:
             raise ValueError("alignment_accuracy needs one token per word: use tokenizers built with "
                              "model_type='word'.")
-        target_in = tf.concat([tf.fill([len(chunk), 1], START_ID), tf.cast(target.to_tensor(), tf.int32)], axis=1)
+        target_in = tf.concat([tf.fill([len(chunk), 1], model.start_token_id), tf.cast(target.to_tensor(), tf.int32)],
+                              axis=1)
         maps = model.attention_maps(tf.cast(source.to_tensor(), tf.int32), target_in)
         per_layer = isinstance(maps, list)
         # (layers, B, T, S): the RNN's single map, or each Transformer layer's head average.

@@ -6,9 +6,11 @@
     translator = tf.saved_model.load("/tmp/translator")
     translator.translate(tf.constant(["Ich habe keine Zeit."]))["translation"]
 
-Tokenization (tensorflow-text SentencePiece), the encoder, the decoding loop (greedy / beam / sampling from
-``attnlayers.decoding``, XLA-compiled) and detokenization are all inside the graph, so the SavedModel needs
-neither attnlayers nor keras to load and run.
+The decoding is the library's one export path: ``applications.core.export.export_generator`` (on
+:func:`attnlayers.export.export_generate`) exports the model's encoder + decoding loop (greedy / beam /
+sampling, XLA-compiled); this module adds the text around it: SentencePiece tokenization of the source
+(tensorflow-text), detokenization of the best hypothesis with the target tokenizer, and the flags below. The
+SavedModel needs neither attnlayers nor keras to load and run.
 
 Inputs the model cannot translate as such are handled in the graph, never by a crash inside TensorFlow:
 - an empty or whitespace-only string translates to "" (``empty`` is True);
@@ -19,17 +21,19 @@ Inputs the model cannot translate as such are handled in the graph, never by a c
 
 from __future__ import annotations
 
+import tempfile
+
 import tensorflow as tf
 
 from attnlayers.decoding import BeamSearch, get_strategy
 
-from .tokenizer import END_ID, PAD_ID, START_ID
+from ..core.export import export_generator
 
 
 class _Translator(tf.Module):
-    def __init__(self, model, tokenizers):
+    def __init__(self, generator, tokenizers):
         super().__init__(name="attnlayers_translator")
-        self.model_variables = list(model.variables)  # saved with the functions that read them
+        self.generator = generator  # the exported decoding loop (it holds the model's variables)
         self.source_tokenizer = tokenizers.source
         self.target_tokenizer = tokenizers.target
 
@@ -63,41 +67,49 @@ def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_
         raise ValueError(f"export_translator needs the TensorFlow backend; received {keras.backend.backend()!r}.")
     strategy = get_strategy(strategy)
     beam = isinstance(strategy, BeamSearch)
-    module = _Translator(model, tokenizers)
+    start, pad = model.start_token_id, model.pad_token_id
+    stops = list(model.stop_token_ids) + [pad]
+    # The decoding loop, from token ids (padded and truncated to max_source_length) to token ids.
+    # TODO(export_generate): with a `path=None` (build, do not save) option this scratch save goes away.
+    with tempfile.TemporaryDirectory() as scratch:
+        generator = export_generator(scratch, model, max_length, strategy, input_length=max_source_length,
+                                     jit_compile=jit_compile)
+    module = _Translator(generator, tokenizers)
 
-    @tf.function(jit_compile=jit_compile, autograph=False)
-    def decode(source_ids, seed):
-        result = model.generate(source_ids, max_length, strategy, seed=seed if strategy.stochastic else None)
-        tokens, scores = result.tokens, result.scores
-        if beam:  # (B, t, L) -> the best hypothesis
-            tokens, scores = tokens[:, 0], scores[:, 0]
-        return tokens, scores
-
-    def translate(text, *seed):
-        text = tf.strings.strip(text)
-        pieces = tf.cast(module.source_tokenizer.tokenize(text), tf.int32)
+    def translate(text, seed=None):
+        pieces = tf.cast(module.source_tokenizer.tokenize(tf.strings.strip(text)), tf.int32)
         lengths = pieces.row_lengths()
         truncated = lengths > max_source_length
         empty = tf.equal(lengths, 0)
-        source_ids = pieces[:, :max_source_length].to_tensor(default_value=PAD_ID)
-        width = tf.shape(source_ids)[1]
-        source_ids = tf.pad(source_ids, [[0, 0], [0, max_source_length - width]], constant_values=PAD_ID)
-        source_ids = tf.ensure_shape(source_ids, (None, max_source_length))
-        tokens, scores = decode(source_ids, seed[0] if seed else tf.constant(0))
+        source_ids = pieces.to_tensor(default_value=pad)
+        padding_mask = tf.sequence_mask(lengths, tf.shape(source_ids)[1])
+        out = module.generator.generate(source_ids, padding_mask, *([] if seed is None else [seed]))
+        tokens, scores = out["token_ids"], out["scores"]
+        if beam:  # (B, k, L) -> the best hypothesis
+            tokens, scores = tokens[:, 0], scores[:, 0]
         positions = tf.range(max_length)[None, :]
         # Keep the generated pieces: after [START] (position 0), before the first [END] / padding.
-        stop = tf.logical_or(tf.equal(tokens, END_ID), tf.equal(tokens, PAD_ID)) & (positions > 0)
+        stop = tf.reduce_any(tf.equal(tokens[..., None], stops), axis=-1) & (positions > 0)
         first_stop = tf.reduce_min(tf.where(stop, positions, max_length), axis=1)
-        keep = (positions > 0) & (positions < first_stop[:, None]) & tf.not_equal(tokens, START_ID)
+        keep = (positions > 0) & (positions < first_stop[:, None]) & tf.not_equal(tokens, start)
         translation = module.target_tokenizer.detokenize(tf.ragged.boolean_mask(tokens, keep))
         translation = tf.where(empty, tf.constant("", tf.string), tf.convert_to_tensor(translation))
         return {"translation": translation, "token_ids": tokens, "score": scores, "truncated": truncated,
                 "empty": empty}
 
-    specs = [tf.TensorSpec((None,), tf.string, name="text")]
+    # Named parameters (no *args): the module and the loaded SavedModel take keyword arguments too.
+    text_spec = tf.TensorSpec((None,), tf.string, name="text")
     if strategy.stochastic:
-        specs.append(tf.TensorSpec((), tf.int32, name="seed"))
-    function = tf.function(translate, input_signature=specs, autograph=False)
+        def serve(text, seed):
+            return translate(text, seed)
+
+        specs = [text_spec, tf.TensorSpec((), tf.int32, name="seed")]
+    else:
+        def serve(text):
+            return translate(text)
+
+        specs = [text_spec]
+    function = tf.function(serve, input_signature=specs, autograph=False)
     module.translate = function
     tf.saved_model.save(module, str(path), signatures={"translate": function.get_concrete_function()})
     return module

@@ -5,14 +5,17 @@ them alike:
 
 - ``model((source_ids, target_in_ids))`` -> (B, T, V) logits, teacher forced (``target_in`` = [START] + y);
   train with ``model.fit`` on ``make_dataset`` batches and :class:`MaskedCrossEntropy`.
-- ``model.initial_cache(source_ids)`` -> a nest of tensors (batch on axis 0): the encoded source and the
-  decoder's starting state; ``model.next(tokens, cache, index)`` -> (logits (B, V), cache): one decoder step
-  in the ``attnlayers.decoding.generate`` convention.
-- ``model.generate(source_ids, max_length, strategy)`` -> ``DecodeResult``: greedy / beam / sampling.
+- ``model.initial_cache(source_ids, max_length=None)`` -> a nest of tensors (batch on axis 0): the encoded
+  source and the decoder's starting state; ``model.next(tokens, cache, index)`` -> (logits (B, V), cache): one
+  decoder step in the ``attnlayers.decoding.generate`` convention.
+- ``model.generate(source_ids, max_length, strategy, seed)`` -> ``DecodeResult``: greedy / beam / sampling
+  (the generation contract of ``applications.core``: :class:`~attnlayers.applications.core.Seq2SeqGenerator`).
 - ``model.attention_maps(source_ids, target_in_ids)``: the alignment weights, (B, T, S) for the RNN models
   and a per-layer list of (B, heads, T, S) cross-attention maps for the Transformer.
 
-Source and target ids use the reserved ids of ``tokenizer``: [PAD]=0, [START]=2, [END]=3.
+The special ids are model attributes (``pad_token_id``, ``start_token_id``, ``end_token_id``, saved in the
+config), by default the reserved ids of ``tokenizer``: [PAD]=0, [START]=2, [END]=3. The loss, metric and
+schedule live in ``applications.core`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -30,129 +33,41 @@ from attnlayers import (
     TransformerDecoder,
     TransformerEncoder,
 )
-from attnlayers.decoding import generate as _generate
-
+from ..core.generation import Seq2SeqGenerator, check_token_ids
+from ..core.losses import MaskedCrossEntropy
+from ..core.metrics import MaskedAccuracy
+from ..core.schedules import TransformerSchedule
 from .tokenizer import END_ID, PAD_ID, START_ID
 
 MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")
 
-
-# --------------------------------------------------------------------------------------------------
-# Loss, metric, schedule
-
-
-@keras.saving.register_keras_serializable(package="attnlayers.nmt")
-class MaskedCrossEntropy(keras.losses.Loss):
-    """Token cross-entropy over non-padding targets, with label smoothing (Szegedy et al. 2016).
-
-    ``q = (1 - eps) * onehot(y) + eps / V``;  loss = sum over real tokens of ``-sum_v q_v log p_v`` divided by
-    the number of real tokens in the batch (padding, id ``pad_id``, contributes nothing).
-
-    Args:
-        label_smoothing: eps in [0, 1).
-        pad_id: target id that is ignored.
-
-    Call: ``loss(y_true (B, T) int, y_pred (B, T, V) logits)`` -> scalar.
-    """
-
-    def __init__(self, label_smoothing=0.0, pad_id=PAD_ID, name="masked_cross_entropy", **kwargs):
-        kwargs.pop("reduction", None)
-        super().__init__(name=name, reduction="sum", **kwargs)
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` must be in [0, 1); received {label_smoothing!r}.")
-        self.label_smoothing = float(label_smoothing)
-        self.pad_id = int(pad_id)
-
-    def call(self, y_true, y_pred):
-        y_true = ops.cast(y_true, "int32")
-        log_p = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
-        nll = -ops.squeeze(ops.take_along_axis(log_p, y_true[..., None], axis=-1), -1)  # (B, T)
-        eps = self.label_smoothing
-        if eps:
-            nll = (1.0 - eps) * nll - eps * ops.mean(log_p, axis=-1)
-        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
-        return nll * weights / ops.maximum(ops.sum(weights), 1.0)
-
-    def get_config(self):
-        return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
-
-
-@keras.saving.register_keras_serializable(package="attnlayers.nmt")
-class MaskedAccuracy(keras.metrics.Mean):
-    """Share of non-padding target tokens whose argmax prediction is right (padding is not counted)."""
-
-    def __init__(self, pad_id=PAD_ID, name="accuracy", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.pad_id = int(pad_id)
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        y_true = ops.cast(y_true, "int32")
-        correct = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
-        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
-        return super().update_state(correct, sample_weight=weights)
-
-    def get_config(self):
-        return {**super().get_config(), "pad_id": self.pad_id}
-
-
-@keras.saving.register_keras_serializable(package="attnlayers.nmt")
-class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The warm-up schedule of Vaswani et al. (2017), eq. 3:
-    ``lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` (step counted from 1).
-
-    Linear warm-up for ``warmup_steps``, then decay with the inverse square root of the step; the peak, at
-    step = warmup_steps, is ``scale * (d_model * warmup_steps)^-0.5``.
-    """
-
-    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        if d_model <= 0 or warmup_steps <= 0:
-            raise ValueError(f"need d_model > 0 and warmup_steps > 0; received {d_model}, {warmup_steps}.")
-        self.d_model = int(d_model)
-        self.warmup_steps = int(warmup_steps)
-        self.scale = float(scale)
-
-    def __call__(self, step):
-        step = ops.cast(step, "float32") + 1.0
-        return self.scale * self.d_model**-0.5 * ops.minimum(ops.rsqrt(step), step * self.warmup_steps**-1.5)
-
-    def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+# Files saved before the loss, metric and schedule moved to applications.core name them "attnlayers.nmt>...".
+for _cls in (MaskedCrossEntropy, MaskedAccuracy, TransformerSchedule):
+    keras.saving.get_custom_objects().setdefault(f"attnlayers.nmt>{_cls.__name__}", _cls)
+del _cls
 
 
 # --------------------------------------------------------------------------------------------------
 # The shared contract
 
 
-class Translator(keras.Model):
-    """Base of the translation models: teacher-forced ``call`` + ``initial_cache`` / ``next`` for decoding."""
+class Translator(Seq2SeqGenerator):
+    """Base of the translation models: teacher-forced ``call`` + ``encode`` / ``initial_cache`` / ``next`` for
+    decoding; ``generate`` comes from :class:`~attnlayers.applications.core.Seq2SeqGenerator`.
 
-    def initial_cache(self, source_ids):
-        raise NotImplementedError
+    The special ids default to the reserved ids of ``nmt.tokenizer`` ([PAD]=0, [START]=2, [END]=3); pass
+    ``pad_token_id`` / ``start_token_id`` / ``end_token_id`` for vocabularies with other ids.
+    """
 
-    def next(self, tokens, cache, index):
-        raise NotImplementedError
-
-    def generate(self, source_ids, max_length=64, strategy="greedy", seed=None):
-        """Translates token ids: (B, S) source -> ``DecodeResult`` with (B, max_length) target ids that start
-        with [START] and end with [END] then padding (beam search: (B, t, max_length))."""
-        source_ids = ops.convert_to_tensor(source_ids, "int32")
-        start = ops.full((ops.shape(source_ids)[0],), START_ID, "int32")
-        return _generate(
-            self.next, start, max_length, strategy, cache=self.initial_cache(source_ids), index=1,
-            stop_token_ids=[END_ID], pad_token_id=PAD_ID, seed=seed,
-        )
+    def __init__(self, *, pad_token_id=PAD_ID, start_token_id=START_ID, end_token_id=END_ID, **kwargs):
+        super().__init__(pad_token_id=pad_token_id, start_token_id=start_token_id, end_token_id=end_token_id,
+                         **kwargs)
 
     def compile_for_translation(self, learning_rate=1e-3, label_smoothing=0.0, clipnorm=1.0, **kwargs):
         """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy`."""
         optimizer = keras.optimizers.Adam(learning_rate, clipnorm=clipnorm)
-        self.compile(optimizer=optimizer, loss=MaskedCrossEntropy(label_smoothing), metrics=[MaskedAccuracy()],
-                     **kwargs)
-
-
-def _check_ids(x, name):
-    if len(x.shape) != 2:
-        raise ValueError(f"`{name}` must be int token ids of shape (batch, length); received {tuple(x.shape)}.")
-    return ops.cast(x, "int32")
+        self.compile(optimizer=optimizer, loss=MaskedCrossEntropy(label_smoothing, pad_token_id=self.pad_token_id),
+                     metrics=[MaskedAccuracy(pad_token_id=self.pad_token_id)], **kwargs)
 
 
 def _split_inputs(inputs):
@@ -161,7 +76,7 @@ def _split_inputs(inputs):
             "Translation models are called on `(source_ids, target_in_ids)`, two (batch, length) int tensors; "
             f"received {type(inputs).__name__}."
         )
-    return _check_ids(inputs[0], "source_ids"), _check_ids(inputs[1], "target_in_ids")
+    return check_token_ids(inputs[0], "source_ids"), check_token_ids(inputs[1], "target_in_ids")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,9 +92,8 @@ class RNNSeq2Seq(Translator):
       ``s_i = f(s_{i-1}, [y_{i-1}; c])``: the whole source is one vector.
     - ``"bahdanau"``: :class:`~attnlayers.BahdanauDecoder` with the additive score (Bahdanau et al. 2015).
     - ``"luong"``: :class:`~attnlayers.LuongDecoder`, global attention with the ``score`` and input feeding
-      (Luong et al. 2015). The default score is "scaled_general", the paper's "general" divided by sqrt(units):
-      trained with Adam, the unscaled one saturated on the final source token within ~100 steps on German-
-      English and never left it (see :class:`~attnlayers.scoring.GeneralScore`).
+      (Luong et al. 2015). The default score is "scaled_general" (the paper's "general" / sqrt(units)), which
+      keeps attention from saturating under Adam (see benchmarks/README.md).
     - ``"local"``: the Luong decoder with local-p attention (predictive window of half-width ``window``).
 
     Args:
@@ -231,8 +145,8 @@ class RNNSeq2Seq(Translator):
 
     # The encoder: annotations (B, S, units), their mask and the bridged initial state.
     def encode(self, source_ids, training=None):
-        source_ids = _check_ids(ops.convert_to_tensor(source_ids), "source_ids")
-        mask = ops.not_equal(source_ids, PAD_ID)
+        source_ids = check_token_ids(source_ids, "source_ids")
+        mask = ops.not_equal(source_ids, self.pad_token_id)
         x = self.dropout(self.source_embedding(source_ids), training=training)
         memory, *final = self.encoder(x, mask=mask, training=training)
         if self.cell_type == "gru":
@@ -242,7 +156,7 @@ class RNNSeq2Seq(Translator):
         state = [bridge(s) for bridge, s in zip(self.bridges, summaries)]
         return memory, mask, state
 
-    def initial_cache(self, source_ids):
+    def initial_cache(self, source_ids, max_length=None):
         memory, mask, state = self.encode(source_ids)
         if self.decoder is None:
             # c: the fixed summary of the source, fed at every step; the RNN states start from it.
@@ -281,7 +195,7 @@ class RNNSeq2Seq(Translator):
         if self.decoder is None:
             return None
         memory, mask, state = self.encode(source_ids)
-        y = self.target_embedding(_check_ids(ops.convert_to_tensor(target_in_ids), "target_in_ids"))
+        y = self.target_embedding(check_token_ids(target_in_ids, "target_in_ids"))
         _, weights = self.decoder(y, memory, memory_mask=mask, initial_state=state, return_attention_scores=True)
         return weights
 
@@ -364,9 +278,9 @@ class TransformerTranslator(Translator):
             )
 
     def encode(self, source_ids, training=None):
-        source_ids = _check_ids(ops.convert_to_tensor(source_ids), "source_ids")
+        source_ids = check_token_ids(source_ids, "source_ids")
         self._check_length(source_ids, "source_ids")
-        mask = ops.not_equal(source_ids, PAD_ID)
+        mask = ops.not_equal(source_ids, self.pad_token_id)
         x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
         return self.encoder(x, padding_mask=mask, training=training), mask
 
@@ -375,7 +289,7 @@ class TransformerTranslator(Translator):
         self._check_length(target_in, "target_in_ids")
         memory, mask = self.encode(source_ids, training=training)
         y = self.embedding_dropout(self.target_embedding(target_in), training=training)
-        h = self.decoder(y, memory, decoder_padding_mask=ops.not_equal(target_in, PAD_ID),
+        h = self.decoder(y, memory, decoder_padding_mask=ops.not_equal(target_in, self.pad_token_id),
                          encoder_padding_mask=mask, training=training)
         return self._logits(h)
 
@@ -387,7 +301,7 @@ class TransformerTranslator(Translator):
         the encoder's keys and values for every decoder layer, projected once per source."""
         memory, mask = self.encode(source_ids)
         batch, source_length = ops.shape(memory)[0], ops.shape(memory)[1]
-        start = self.target_embedding(ops.full((batch, 1), START_ID, "int32"))
+        start = self.target_embedding(ops.full((batch, 1), self.start_token_id, "int32"))
         out = self.decoder(
             start, memory, encoder_padding_mask=mask,
             self_attention_cache=ops.zeros(self._cache_shape(batch, max_length or self.max_length), memory.dtype),
@@ -410,23 +324,16 @@ class TransformerTranslator(Translator):
         return logits, {"memory_mask": cache["memory_mask"], "self": out["self_attention_cache"],
                         "cross": out["cross_attention_cache"]}
 
-    def generate(self, source_ids, max_length=None, strategy="greedy", seed=None):
-        max_length = max_length or self.max_length
-        if max_length > self.max_length:
-            raise ValueError(f"`max_length` ({max_length}) exceeds the model's max_length={self.max_length}.")
-        source_ids = ops.convert_to_tensor(source_ids, "int32")
-        start = ops.full((ops.shape(source_ids)[0],), START_ID, "int32")
-        return _generate(
-            self.next, start, max_length, strategy, cache=self.initial_cache(source_ids, max_length), index=1,
-            stop_token_ids=[END_ID], pad_token_id=PAD_ID, seed=seed,
-        )
+    @property
+    def max_generation_length(self):
+        return self.max_length
 
     def attention_maps(self, source_ids, target_in_ids):
         """Per decoder layer, the cross-attention weights (B, heads, T, S) under teacher forcing."""
-        target_in = _check_ids(ops.convert_to_tensor(target_in_ids), "target_in_ids")
+        target_in = check_token_ids(target_in_ids, "target_in_ids")
         memory, mask = self.encode(source_ids)
         out = self.decoder(self.target_embedding(target_in), memory,
-                           decoder_padding_mask=ops.not_equal(target_in, PAD_ID), encoder_padding_mask=mask,
+                           decoder_padding_mask=ops.not_equal(target_in, self.pad_token_id), encoder_padding_mask=mask,
                            return_attention_scores=True)
         return [scores["cross_attention"] for scores in out["attention_scores"]]
 

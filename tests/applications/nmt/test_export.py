@@ -104,3 +104,5 @@ def test_export_refuses_other_backends_and_keeps_sampling_seeded(task, tmp_path)
     first = module.translate(text, tf.constant(5))["translation"].numpy()
     again = module.translate(text, tf.constant(5))["translation"].numpy()
     np.testing.assert_array_equal(first, again)  # the seed is an input: same seed, same translations
+    by_name = module.translate(text=text, seed=tf.constant(5))["translation"].numpy()  # keyword arguments too
+    np.testing.assert_array_equal(first, by_name)

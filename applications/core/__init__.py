@@ -1,0 +1,63 @@
+"""What every application of attnlayers shares: the generation contract, masked losses and metrics,
+learning-rate schedules, training callbacks, strategy + precision setup, corpus BLEU, and the
+train -> evaluate -> pictures -> export recipe.
+
+    from attnlayers.applications import core
+
+    class Captioner(core.Seq2SeqGenerator):        # implement encode / initial_cache / next; get generate
+        ...
+    model.compile(optimizer, loss=core.MaskedCrossEntropy(0.1), metrics=[core.MaskedAccuracy()])
+    strategy = core.runtime_from_args(args)          # --strategy / --precision from core.add_runtime_arguments
+    core.run_recipe(model, train, validation=validation, callbacks=core.standard_callbacks(out, minutes=20),
+                    evaluate=..., pictures=..., export=..., out_dir=out)
+
+Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metrics``, ``schedules``,
+``callbacks``, ``runtime``, ``bleu``, ``recipe`` (backend-agnostic or TensorFlow imported on use), and
+``export`` (``export_generator``; imports TensorFlow, so it is not imported here). Nothing here knows a
+vocabulary or a tokenizer: special token ids are model attributes and tokenizers are passed in.
+"""
+
+from .bleu import corpus_bleu
+from .callbacks import BestWeights, ProgressLog, StepCounter, TimeBudget, standard_callbacks
+from .generation import GenerativeModel, Seq2SeqGenerator, check_token_ids
+from .losses import MaskedCrossEntropy
+from .metrics import MaskedAccuracy
+from .recipe import describe_training, run_recipe, training_summary
+from .runtime import (
+    PRECISIONS,
+    STRATEGIES,
+    add_runtime_arguments,
+    describe_runtime,
+    make_strategy,
+    runtime_from_args,
+    set_precision,
+    setup_runtime,
+)
+from .schedules import TransformerSchedule, WarmupCosineDecay
+
+__all__ = [
+    "BestWeights",
+    "GenerativeModel",
+    "MaskedAccuracy",
+    "MaskedCrossEntropy",
+    "PRECISIONS",
+    "ProgressLog",
+    "STRATEGIES",
+    "Seq2SeqGenerator",
+    "StepCounter",
+    "TimeBudget",
+    "TransformerSchedule",
+    "WarmupCosineDecay",
+    "add_runtime_arguments",
+    "check_token_ids",
+    "corpus_bleu",
+    "describe_runtime",
+    "describe_training",
+    "make_strategy",
+    "run_recipe",
+    "runtime_from_args",
+    "set_precision",
+    "setup_runtime",
+    "standard_callbacks",
+    "training_summary",
+]

@@ -1,0 +1,225 @@
+"""Training callbacks shared by the applications: counting steps, a wall-clock budget, keeping the best epochs'
+weights (the best one, or the mean of the best few: checkpoint averaging, Vaswani et al. 2017, section 6.1),
+a one-line-per-epoch log, and :func:`standard_callbacks`, the list every example script trains with.
+
+    callbacks = standard_callbacks("artifacts/run", minutes=20, best=BestWeights("val_accuracy", average=3))
+    model.fit(train, validation_data=validation, epochs=100, callbacks=callbacks)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import keras
+import numpy as np
+
+from attnlayers.validation import one_of, positive_int, positive_number
+
+
+class StepCounter(keras.callbacks.Callback):
+    """Counts the training steps of ``fit``, per epoch and in all, and the seconds spent in it.
+
+    Attributes:
+        steps: training steps run (batches; ``steps_per_execution`` counts as one).
+        epoch_steps: the steps of each epoch run, in order (the last one may be partial).
+        elapsed: seconds from ``on_train_begin`` to the last batch (to ``on_train_end`` once ended).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.steps, self.epoch_steps, self.elapsed = 0, [], 0.0
+        self._start = None
+
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_steps.append(0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        if not self.epoch_steps:
+            self.epoch_steps.append(0)
+        self.epoch_steps[-1] += 1
+        self.elapsed = time.perf_counter() - self._start
+
+    def on_train_end(self, logs=None):
+        if self._start is not None:
+            self.elapsed = time.perf_counter() - self._start
+
+    @property
+    def steps_per_epoch(self):
+        """The steps of a full epoch: ``fit``'s own count when the data has a known size, else the longest
+        complete epoch run (None before one completes)."""
+        known = (self.params or {}).get("steps")
+        if known:
+            return int(known)
+        complete = self.epoch_steps[:-1] if getattr(self, "stopped", False) else self.epoch_steps
+        return max(complete) if complete else None
+
+
+class TimeBudget(StepCounter):
+    """Stops ``fit`` once ``seconds`` of training have passed (checked after every batch).
+
+    Only training counts: validation at the end of an epoch still runs, and nothing after ``fit`` (evaluation,
+    export) is bounded.
+
+    Args:
+        seconds: the budget, > 0.
+
+    Attributes:
+        stopped: True when the budget ended the run; then ``stopped_epoch`` (0-based) and ``stopped_step``
+            (steps run in that epoch) say where, and ``mid_epoch`` whether the epoch was cut short.
+        steps, epoch_steps, elapsed: as in :class:`StepCounter`.
+    """
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = positive_number(seconds, "seconds")
+        self.stopped, self.stopped_epoch, self.stopped_step = False, None, None
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
+        if self.elapsed >= self.seconds and not self.stopped:
+            self.stopped, self.stopped_epoch, self.stopped_step = True, self._epoch, self.epoch_steps[-1]
+            self.model.stop_training = True
+
+    @property
+    def mid_epoch(self):
+        """True when the budget stopped an epoch before its last step; None if it did not stop training, or
+        stopped the first epoch of data whose size is unknown (then nothing says where the epoch would end)."""
+        if not self.stopped:
+            return None
+        full = self.steps_per_epoch
+        return None if full is None else self.stopped_step < full
+
+
+class BestWeights(keras.callbacks.Callback):
+    """Keeps the weights of the ``average`` best epochs by ``monitor`` and, when training ends (also when a
+    :class:`TimeBudget` or an interrupt stops it mid-epoch), restores the best epoch's weights, or with
+    ``average > 1`` the element-wise mean of the best ``average`` epochs' weights (checkpoint averaging;
+    non-float variables such as seed states keep the best epoch's value).
+
+    Args:
+        monitor: a logged metric, e.g. "val_loss" or "val_accuracy".
+        mode: "min", "max", or "auto" ("max" for accuracies, "min" otherwise).
+        average: how many of the best epochs to average (1 = restore the best epoch only).
+
+    Attributes:
+        best, best_epoch: the best value of ``monitor`` and its (0-based) epoch.
+        kept_epochs: the epochs whose weights are kept, best first.
+    """
+
+    def __init__(self, monitor="val_loss", mode="auto", average=1):
+        super().__init__()
+        one_of(mode, "mode", ("auto", "min", "max"))
+        self.monitor, self.average = monitor, positive_int(average, "average")
+        self.mode = ("max" if "acc" in monitor else "min") if mode == "auto" else mode
+        self.best, self.best_epoch = (-np.inf if self.mode == "max" else np.inf), None
+        self._kept = []  # (value, epoch, weights), best first
+
+    @property
+    def kept_epochs(self):
+        return [epoch for _, epoch, _ in self._kept]
+
+    def _better(self, a, b):
+        return a > b if self.mode == "max" else a < b
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            return
+        value = float(value)
+        if len(self._kept) == self.average and not self._better(value, self._kept[-1][0]):
+            return
+        self._kept.append((value, epoch, self.model.get_weights()))
+        self._kept.sort(key=lambda kept: -kept[0] if self.mode == "max" else kept[0])
+        del self._kept[self.average:]
+        self.best, self.best_epoch = self._kept[0][0], self._kept[0][1]
+
+    def weights(self):
+        """The weights ``on_train_end`` restores (None before the first monitored epoch)."""
+        if not self._kept:
+            return None
+        snapshots = [weights for _, _, weights in self._kept]
+        return [
+            np.mean(arrays, axis=0).astype(arrays[0].dtype) if np.issubdtype(arrays[0].dtype, np.floating)
+            else arrays[0]
+            for arrays in zip(*snapshots)
+        ]
+
+    def on_train_end(self, logs=None):
+        weights = self.weights()
+        if weights is not None:
+            self.model.set_weights(weights)
+
+    def describe(self):
+        """One line: which weights were restored, e.g. "epoch 9 (best val_accuracy 1.0000)"."""
+        if not self._kept:
+            return f"the last epoch's ({self.monitor} was never logged)"
+        if len(self._kept) == 1:
+            return f"epoch {self.best_epoch + 1} (best {self.monitor} {self.best:.4f})"
+        epochs = ", ".join(str(e + 1) for e in sorted(self.kept_epochs))
+        return f"the mean of epochs {epochs} (the {len(self._kept)} best by {self.monitor}; best {self.best:.4f})"
+
+
+class ProgressLog(keras.callbacks.Callback):
+    """Prints one line per epoch: steps, seconds and the logged metrics (for logs written to files, where
+    ``fit``'s progress bar is unreadable; use it with ``fit(..., verbose=0)``)."""
+
+    def __init__(self, print_fn=print):
+        super().__init__()
+        self.print_fn = print_fn
+        self._start, self._steps = None, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start, self._steps = time.perf_counter(), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = "  ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items() if np.ndim(v) == 0)
+        total = (self.params or {}).get("epochs")
+        self.print_fn(f"epoch {epoch + 1}{f'/{total}' if total else ''}: {self._steps} steps, "
+                      f"{time.perf_counter() - self._start:.1f} s  {metrics}")
+
+
+def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=True, backup=True, progress=False):
+    """The callbacks every example trains with, in order: progress log, TensorBoard, BackupAndRestore, time
+    budget, best weights.
+
+    Args:
+        out_dir: the run's folder: TensorBoard logs go to ``out_dir/logs``, checkpoints to ``out_dir/backup``
+            (run the same command again after an interruption and training resumes). None: neither.
+        minutes: a wall-clock budget for training (:class:`TimeBudget`), or None.
+        best: None (keep the last epoch's weights), a :class:`BestWeights`, or a dict of its arguments
+            (e.g. ``{"monitor": "val_accuracy", "average": 3}``).
+        tensorboard, backup: add ``keras.callbacks.TensorBoard`` / ``BackupAndRestore`` (need ``out_dir``).
+        progress: add a :class:`ProgressLog` (one line per epoch).
+
+    Returns:
+        A list of callbacks for ``fit`` (find the budget and the best weights in it with ``isinstance``).
+    """
+    callbacks = []
+    if progress:
+        callbacks.append(ProgressLog())
+    if out_dir is not None and tensorboard:
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs")))
+    if out_dir is not None and backup:
+        callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(out_dir, "backup")))
+    if minutes is not None:
+        callbacks.append(TimeBudget(positive_number(minutes, "minutes") * 60.0))
+    if isinstance(best, dict):
+        best = BestWeights(**best)
+    if best is not None:
+        if not isinstance(best, BestWeights):
+            raise ValueError(f"`best` must be None, a BestWeights or a dict of its arguments; received {best!r}.")
+        callbacks.append(best)
+    return callbacks

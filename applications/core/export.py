@@ -1,0 +1,42 @@
+"""SavedModel export of a :class:`~attnlayers.applications.core.generation.GenerativeModel`: its decoding loop,
+through :func:`attnlayers.export.export_generate` (the library's one export path).
+
+TensorFlow only (this module imports tensorflow).
+"""
+
+from __future__ import annotations
+
+from attnlayers.export import export_generate
+
+
+def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=None, input_length=None,
+                     jit_compile=True):
+    """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`).
+
+    The signature's inputs go through ``model.generation_inputs(token_ids, padding_mask, max_length)`` (a
+    seq2seq model: start tokens and the encoder's cache; a decoder-only model: the prompt and its prefilled
+    cache), then ``model.next`` runs in the exported loop, stopping at ``model.stop_token_ids`` and padding
+    with ``model.pad_token_id``.
+
+    Args:
+        path: the SavedModel directory.
+        model: a :class:`~attnlayers.applications.core.generation.GenerativeModel`.
+        max_length: L, the output length (prompt / start token included); checked against the model's limit.
+        strategy: "greedy", a ``BeamSearch``, a ``Sampling`` (then the signature takes an int32 ``seed``).
+        tokenizer: None (token ids in and out) or a TensorFlow tokenizer (strings in and out).
+        input_length: the input width the loop is compiled for (longer inputs are truncated).
+        jit_compile: compile the encoder and the decoding loop with XLA.
+
+    Returns:
+        The saved ``tf.Module``; its ``generate`` runs in this process too.
+    """
+    max_length = model.generation_length(max_length)
+
+    def prepare(token_ids, padding_mask):
+        return model.generation_inputs(token_ids, padding_mask=padding_mask, max_length=max_length)
+
+    return export_generate(
+        path, model.next, max_length, strategy, track=model, prepare=prepare,
+        stop_token_ids=list(model.stop_token_ids), pad_token_id=model.pad_token_id, tokenizer=tokenizer,
+        input_length=input_length, jit_compile=jit_compile,
+    )

@@ -1,0 +1,170 @@
+"""The generation contract of the application models: one decoding loop over a step function.
+
+A model that generates token sequences (a translator, a captioner, a GPT) subclasses :class:`GenerativeModel`
+(or :class:`Seq2SeqGenerator` when it reads a source and starts from a start token) and implements
+
+- ``initial_cache(inputs, max_length=None)`` -> a nest of tensors with the batch on axis 0 (encoder memory,
+  key/value caches sized for ``max_length``, RNN states);
+- ``next(tokens, cache, index)`` -> ``(logits (B, V), cache)``: the distribution of position ``index`` given
+  ``tokens[:, :index]`` (the :func:`attnlayers.decoding.generate` convention);
+- ``generation_inputs(inputs, padding_mask=None, max_length=None)`` -> ``{"prompt": (B, P), "cache": ...,
+  optional "prompt_mask": (B, P)}`` (:class:`Seq2SeqGenerator` implements it: start tokens + initial cache);
+
+and gets ``generate(inputs, max_length, strategy, seed)`` (greedy, beam search, sampling) written once here,
+on :func:`attnlayers.decoding.generate`, and the SavedModel export of ``applications.core.export``. The special
+token ids (``pad_token_id``, ``start_token_id``, ``end_token_id``) are attributes of the model, set in the
+constructor and saved in ``get_config``, so vocabularies with other reserved ids need no code change.
+
+Backend-agnostic (``keras.ops`` only).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from attnlayers.decoding import generate as _generate
+from attnlayers.validation import is_int, non_negative_int
+
+
+def _token_id(value, name):
+    return None if value is None else non_negative_int(value, name)
+
+
+class GenerativeModel(keras.Model):
+    """Base of the autoregressive application models: ``generate`` over ``generation_inputs`` and ``next``.
+
+    Args:
+        pad_token_id: written after the end of each generated sequence; also the padding of inputs.
+        start_token_id: the first decoder input of sequence-to-sequence models (None for decoder-only models,
+            whose prompt is given).
+        end_token_id: generation of a row stops after this token (None: run to ``max_length``).
+        **kwargs: ``keras.Model`` arguments (``name``, ``dtype``, ...).
+
+    Attributes:
+        default_max_length: the output length used when ``generate`` gets none and the model has no
+            ``max_generation_length``.
+        max_generation_length: the longest output the model can produce (e.g. the size of a position table),
+            or None for no limit.
+    """
+
+    default_max_length = 64
+
+    def __init__(self, *, pad_token_id=0, start_token_id=None, end_token_id=None, **kwargs):
+        super().__init__(**kwargs)
+        self.pad_token_id = non_negative_int(pad_token_id, "pad_token_id")
+        self.start_token_id = _token_id(start_token_id, "start_token_id")
+        self.end_token_id = _token_id(end_token_id, "end_token_id")
+
+    @property
+    def stop_token_ids(self):
+        """The ids that end a generated row: ``(end_token_id,)``, or ``()`` without one."""
+        return () if self.end_token_id is None else (self.end_token_id,)
+
+    @property
+    def max_generation_length(self):
+        return None
+
+    # -- to implement --------------------------------------------------------------------------------------
+
+    def encode(self, inputs, training=None):
+        """The encoder's output for ``inputs`` (models with an encoder)."""
+        raise NotImplementedError(f"{type(self).__name__} has no encoder (`encode` is not implemented).")
+
+    def initial_cache(self, inputs, max_length=None):
+        """The decoding state before the first step: a nest of tensors, batch on axis 0."""
+        raise NotImplementedError(f"{type(self).__name__} must implement `initial_cache(inputs, max_length)`.")
+
+    def next(self, tokens, cache, index):
+        """One decoding step: tokens (B, L) int32, index () int32 -> (logits (B, V), cache)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement `next(tokens, cache, index)`.")
+
+    def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        """``inputs`` -> ``{"prompt": (B, P) int, "cache": nest, optional "prompt_mask": (B, P) bool}``."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement `generation_inputs(inputs, padding_mask, max_length)`."
+        )
+
+    def attention_maps(self, *inputs):
+        """The model's attention weights for ``inputs`` (for alignment pictures)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose attention maps.")
+
+    # -- written once ----------------------------------------------------------------------------------------
+
+    def generation_length(self, max_length=None):
+        """``max_length`` checked against ``max_generation_length`` (its default when None)."""
+        limit = self.max_generation_length
+        if max_length is None:
+            max_length = limit or self.default_max_length
+        if not is_int(max_length) or max_length < 1:
+            raise ValueError(f"`max_length` must be a positive integer; received max_length={max_length!r}.")
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                f"`max_length` ({max_length}) exceeds the model's max_length={limit} (the longest sequence it "
+                "can generate)."
+            )
+        return int(max_length)
+
+    def generate(self, inputs, max_length=None, strategy="greedy", seed=None, padding_mask=None):
+        """Generates token ids with :func:`attnlayers.decoding.generate`.
+
+        Args:
+            inputs: what ``generation_inputs`` reads (source ids (B, S) for a seq2seq model, a prompt (B, P)
+                for a decoder-only one).
+            max_length: L, the output length, prompt / start token included (default: the model's).
+            strategy: "greedy", "beam", "sample", or a :class:`~attnlayers.decoding.Strategy`
+                (:class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`).
+            seed: sampling seed for this call (an int or a scalar integer tensor).
+            padding_mask: (B, P) bool, True at real tokens of right-padded inputs (decoder-only prompts).
+
+        Returns:
+            A :class:`~attnlayers.decoding.DecodeResult`: ``tokens`` (B, L) (beam search: (B, t, L)) that
+            start with the prompt / start token and end with ``end_token_id`` then ``pad_token_id``;
+            ``scores``, ``log_probs``, ``lengths`` (B,) (beam search: (B, t)).
+        """
+        max_length = self.generation_length(max_length)
+        prepared = self.generation_inputs(inputs, padding_mask=padding_mask, max_length=max_length)
+        return _generate(
+            self.next, prepared["prompt"], max_length, strategy, cache=prepared.get("cache"),
+            prompt_mask=prepared.get("prompt_mask"), stop_token_ids=list(self.stop_token_ids),
+            pad_token_id=self.pad_token_id, seed=seed,
+        )
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "pad_token_id": self.pad_token_id,
+            "start_token_id": self.start_token_id,
+            "end_token_id": self.end_token_id,
+        }
+
+
+class Seq2SeqGenerator(GenerativeModel):
+    """A :class:`GenerativeModel` that reads a source and generates from ``start_token_id``.
+
+    ``generation_inputs(source_ids)`` gives the prompt ``[start_token_id]`` for every row and the cache of
+    ``initial_cache(source_ids, max_length)``; the source's padding is where ``source_ids == pad_token_id``.
+    Subclasses implement ``encode``, ``initial_cache`` and ``next``.
+    """
+
+    def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        if self.start_token_id is None:
+            raise ValueError(f"{type(self).__name__} needs a `start_token_id` to generate; received None.")
+        source_ids = ops.cast(ops.convert_to_tensor(inputs), "int32")
+        if len(source_ids.shape) != 2:
+            raise ValueError(
+                f"`inputs` must be int source ids of shape (batch, length); received shape {tuple(source_ids.shape)}."
+            )
+        prompt = ops.full((ops.shape(source_ids)[0], 1), self.start_token_id, "int32")
+        return {"prompt": prompt, "cache": self.initial_cache(source_ids, max_length=max_length)}
+
+
+def check_token_ids(x, name):
+    """``x`` as int32 token ids of shape (batch, length); else a ValueError naming ``name``."""
+    x = ops.convert_to_tensor(x)
+    if len(x.shape) != 2:
+        raise ValueError(f"`{name}` must be int token ids of shape (batch, length); received {tuple(x.shape)}.")
+    return ops.cast(x, "int32")
+
+
+__all__ = ["GenerativeModel", "Seq2SeqGenerator", "check_token_ids"]

@@ -1,0 +1,178 @@
+"""The train -> evaluate -> pictures -> export recipe, written once for every application's scripts.
+
+    result = run_recipe(
+        model, train, validation=validation, epochs=10,
+        callbacks=standard_callbacks(out, minutes=20, best={"monitor": "val_accuracy"}),
+        evaluate=lambda model: {"bleu": ...},                        # -> a dict of numbers (JSON-able)
+        pictures=lambda model, out: plot(model, out + "/a.png"),     # -> the paths written
+        export=lambda model, out: export(model, out + "/model"),     # -> the exported path
+        out_dir=out, record={"model": "bahdanau", "data": "synthetic"},
+    )
+
+Each phase is timed. At the end one summary says how long training ran and whether the time budget
+(:class:`~attnlayers.applications.core.callbacks.TimeBudget`, which bounds training only) stopped it and where
+(the epoch, the steps run of how many, mid-epoch or not), which weights were kept
+(:class:`~attnlayers.applications.core.callbacks.BestWeights`), and how long evaluation, pictures and export
+took; everything goes to ``out_dir/results.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+
+import numpy as np
+
+from .callbacks import BestWeights, StepCounter, TimeBudget
+
+
+def _find(callbacks, kind):
+    found = [c for c in callbacks if isinstance(c, kind)]
+    return found[-1] if found else None
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _timed(function, *args):
+    start = time.perf_counter()
+    out = function(*args)
+    return out, time.perf_counter() - start
+
+
+def training_summary(counter, history=None):
+    """What training did: seconds, epochs, steps, and what the time budget (if any) bounded."""
+    summary = {
+        "seconds": round(counter.elapsed, 1),
+        "epochs": len(history.epoch) if history is not None else len(counter.epoch_steps),
+        "steps": counter.steps,
+        "steps_per_epoch": counter.steps_per_epoch,
+        "budget_seconds": None, "stopped_by_budget": False,
+    }
+    if isinstance(counter, TimeBudget):
+        summary["budget_seconds"] = counter.seconds
+        summary["stopped_by_budget"] = counter.stopped
+        if counter.stopped:
+            summary.update(stopped_epoch=counter.stopped_epoch + 1, stopped_step=counter.stopped_step,
+                           mid_epoch=counter.mid_epoch)
+    if history is not None:
+        summary["history"] = {key: [float(v) for v in values] for key, values in history.history.items()
+                              if all(np.ndim(v) == 0 for v in values)}
+    return summary
+
+
+def describe_training(summary):
+    """The summary of :func:`training_summary` as one line."""
+    def count(n, word):
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    line = (f"training: {summary['seconds']:.1f} s, {count(summary['epochs'], 'epoch')}, "
+            f"{count(summary['steps'], 'step')}")
+    budget = summary.get("budget_seconds")
+    if budget is None:
+        return line + " (no time budget)"
+    minutes = f"{budget / 60:g}-minute"
+    if not summary["stopped_by_budget"]:
+        return line + f"; the {minutes} time budget did not stop it (all epochs ran)"
+    of = f" of {summary['steps_per_epoch']}" if summary.get("steps_per_epoch") else ""
+    where = {True: "mid-epoch", False: "at the end of the epoch",
+             None: "the length of an epoch of this data is not known yet"}[summary.get("mid_epoch")]
+    return (line + f"; stopped by the {minutes} time budget in epoch {summary['stopped_epoch']} after "
+            f"{summary['stopped_step']}{of} steps ({where})")
+
+
+def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluate=None, pictures=None,
+               export=None, out_dir=None, record=None, fit_kwargs=None, verbose=1, strategy=None, build=True,
+               results_file="results.json", print_fn=None):
+    """Trains ``model`` with ``fit``, then evaluates it, draws its pictures and exports it, timing each phase.
+
+    Args:
+        model: a compiled ``keras.Model``.
+        train: the training data (a ``tf.data.Dataset`` of ``(x, y)`` batches, or anything ``fit`` takes).
+        validation: ``fit``'s ``validation_data``.
+        epochs: most passes over ``train`` (a :class:`TimeBudget` among ``callbacks`` may stop earlier).
+        callbacks: the callbacks for ``fit`` (e.g. :func:`~attnlayers.applications.core.callbacks.standard_callbacks`);
+            a :class:`TimeBudget` and a :class:`BestWeights` among them are reported on.
+        evaluate: ``evaluate(model) -> dict`` of results (merged into the result), or None.
+        pictures: ``pictures(model, out_dir) -> list of paths``, or None.
+        export: ``export(model, out_dir) -> path`` (or a dict), or None.
+        out_dir: the run's folder (created if missing): ``results_file`` is written there. None: nothing
+            is written.
+        record: fields written first in the result (model name, data, settings).
+        fit_kwargs: more ``fit`` arguments (``steps_per_epoch``, ``class_weight``, ...).
+        verbose: ``fit``'s verbosity.
+        strategy: the ``tf.distribute`` strategy the model was built under (the model is built in its scope).
+        build: call the model once on the first batch's inputs before ``fit`` when it is not built yet (so that
+            ``BackupAndRestore`` restores into existing variables).
+        results_file: the JSON file name (in ``out_dir``), or an absolute path.
+        print_fn: where the summary lines go (default ``print``, flushed).
+
+    Returns:
+        The result dict (JSON-able): ``record``'s fields, ``parameters``, ``training`` (seconds, epochs, steps,
+        steps_per_epoch, budget_seconds, stopped_by_budget, stopped_epoch / stopped_step / mid_epoch, history),
+        ``weights`` (the :class:`BestWeights` choice, or None), what ``evaluate`` returned, ``pictures``,
+        ``export``, ``seconds`` (train, evaluate, pictures, export) and ``results_path``.
+    """
+    say = print_fn or (lambda *a: print(*a, flush=True))
+    callbacks = list(callbacks)
+    counter = _find(callbacks, StepCounter)
+    if counter is None:
+        counter = StepCounter()
+        callbacks.append(counter)
+    best = _find(callbacks, BestWeights)
+    if build and not model.built:
+        x = next(iter(train))[0]
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            model(x)
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+
+    history, train_seconds = _timed(lambda: model.fit(train, validation_data=validation, epochs=epochs,
+                                                      callbacks=callbacks, verbose=verbose, **(fit_kwargs or {})))
+    training = training_summary(counter, history)
+    training["seconds"] = round(train_seconds, 1)
+    weights = None
+    if best is not None:
+        weights = {"monitor": best.monitor, "mode": best.mode, "average": best.average,
+                   "kept_epochs": [e + 1 for e in best.kept_epochs],
+                   "best_epoch": None if best.best_epoch is None else best.best_epoch + 1,
+                   "best": None if best.best_epoch is None else float(best.best), "restored": best.describe()}
+    result = {**(record or {}), "parameters": int(model.count_params()), "training": training, "weights": weights}
+    seconds = {"train": round(train_seconds, 1)}
+    say(describe_training(training))
+    if weights is not None:
+        say(f"weights: {weights['restored']}")
+
+    if evaluate is not None:
+        metrics, seconds["evaluate"] = _timed(evaluate, model)
+        result.update(metrics or {})
+    if pictures is not None:
+        paths, seconds["pictures"] = _timed(pictures, model, out_dir)
+        result["pictures"] = [os.fspath(p) for p in (paths or [])]
+    if export is not None:
+        exported, seconds["export"] = _timed(export, model, out_dir)
+        result["export"] = exported
+    result["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
+    after = [f"{name} {result['seconds'][key]:.1f} s" for key, name in
+             (("evaluate", "evaluation"), ("pictures", "pictures"), ("export", "export")) if key in seconds]
+    if after:
+        say("after training (not bounded by the time budget): " + ", ".join(after))
+    if out_dir is not None:
+        path = results_file if os.path.isabs(os.fspath(results_file)) else os.path.join(out_dir, results_file)
+        result["results_path"] = os.fspath(path)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(_jsonable(result), f, indent=1, ensure_ascii=False)
+    return _jsonable(result)

@@ -1,0 +1,139 @@
+"""Where and in what precision a model trains: the ``tf.distribute`` strategy and the Keras dtype policy, set up
+by one function from two flags that every example script shares.
+
+    parser = argparse.ArgumentParser()
+    add_runtime_arguments(parser)            # --strategy none|mirrored|multi-worker|tpu, --precision ..., --tpu
+    args = parser.parse_args()
+    strategy = setup_runtime(args.strategy, args.precision, tpu=args.tpu)
+    with strategy.scope():
+        model = build_model(...)             # variables are created under the strategy
+    model.fit(...)
+
+Strategies:
+
+- ``none``: TensorFlow's default strategy (one device: the first GPU, or the CPU).
+- ``mirrored``: ``tf.distribute.MirroredStrategy`` over every local GPU, or over the logical CPU devices when
+  there is no GPU (one CPU device unless the process configured several, as the tests do).
+- ``multi-worker``: ``tf.distribute.MultiWorkerMirroredStrategy``; every worker runs the same command with the
+  environment variable ``TF_CONFIG`` describing the cluster and its own index. Create it first thing in the
+  program, before any other TensorFlow op.
+- ``tpu``: ``tf.distribute.TPUStrategy`` through ``TPUClusterResolver(tpu=...)`` (a Cloud TPU name or
+  ``grpc://`` address; "" or "local" for a TPU VM). Data must have static shapes there
+  (``make_dataset(..., pad_to_max_length=True, drop_remainder=True)`` in the NMT application).
+
+``multi-worker`` and ``tpu`` raise a ValueError saying so where no cluster or TPU exists.
+
+Precisions (Keras dtype policies, Micikevicius et al. 2018): ``float32``; ``mixed_float16`` (float16
+compute, float32 variables, dynamic loss scaling added by ``Model.compile``; for GPUs); ``mixed_bfloat16``
+(bfloat16 compute, float32 variables; for TPUs and recent CPUs / GPUs). Losses and softmaxes of the library
+run in float32 under both.
+
+TensorFlow is imported when a strategy is built, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+from attnlayers.validation import one_of
+
+STRATEGIES = ("none", "mirrored", "multi-worker", "tpu")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+_ALIASES = {"default": "none", "multi_worker": "multi-worker", "multiworker": "multi-worker"}
+
+
+def _strategy_name(text):
+    return _ALIASES.get(text, text)
+
+
+def add_runtime_arguments(parser):
+    """Adds ``--strategy``, ``--precision`` and ``--tpu`` (a "runtime" argument group) to an ``argparse``
+    parser; read them back with :func:`runtime_from_args`. Returns the parser."""
+    group = parser.add_argument_group("runtime (where and in what precision the model trains)")
+    group.add_argument(
+        "--strategy", type=_strategy_name, choices=STRATEGIES, default="none",
+        help="tf.distribute strategy: none (one device), mirrored (all local GPUs, or the logical CPUs), "
+             "multi-worker (MultiWorkerMirroredStrategy; set TF_CONFIG on every worker), tpu (TPUStrategy; "
+             "see --tpu) (default: none)",
+    )
+    group.add_argument(
+        "--precision", choices=PRECISIONS, default="float32",
+        help="Keras dtype policy: float32, mixed_float16 (GPUs; loss scaling is automatic) or mixed_bfloat16 "
+             "(TPUs, recent CPUs/GPUs); variables stay float32 (default: float32)",
+    )
+    group.add_argument("--tpu", default=None, metavar="NAME",
+                       help="with --strategy tpu: the TPU name or grpc:// address (default: a local TPU VM)")
+    return parser
+
+
+def make_strategy(name="none", *, tpu=None, devices=None):
+    """The ``tf.distribute.Strategy`` named ``name`` (one of :data:`STRATEGIES`).
+
+    Args:
+        name: "none", "mirrored", "multi-worker" or "tpu".
+        tpu: for "tpu", the TPU name or address (None: a local TPU VM).
+        devices: for "mirrored", the devices to mirror over (default: every GPU, else every logical CPU).
+
+    Raises:
+        ValueError: an unknown name, or a multi-worker / TPU strategy where no cluster / TPU is available.
+    """
+    import tensorflow as tf
+
+    name = one_of(_strategy_name(name), "strategy", STRATEGIES)
+    if name == "none":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        if devices is None:
+            gpus = tf.config.list_logical_devices("GPU")
+            devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if name == "multi-worker":
+        if not os.environ.get("TF_CONFIG"):
+            raise ValueError(
+                "strategy 'multi-worker' needs the environment variable TF_CONFIG (the cluster's workers and this "
+                "worker's index) on every worker; it is not set here. Use 'mirrored' for the devices of one machine."
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="" if tpu in (None, "local") else tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"strategy 'tpu': no TPU is available here (tpu={tpu!r}: {detail}). Run on a TPU VM or pass --tpu NAME."
+        ) from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def set_precision(precision="float32"):
+    """Sets the global Keras dtype policy to ``precision`` (one of :data:`PRECISIONS`); returns it."""
+    keras.config.set_dtype_policy(one_of(precision, "precision", PRECISIONS))
+    return precision
+
+
+def setup_runtime(strategy="none", precision="float32", *, tpu=None, devices=None):
+    """Sets the dtype policy and builds the strategy: build and compile models under ``strategy.scope()``.
+
+    Returns:
+        The ``tf.distribute.Strategy`` (see :func:`make_strategy`).
+    """
+    built = make_strategy(strategy, tpu=tpu, devices=devices)  # first: multi-worker must precede other TF ops
+    set_precision(precision)
+    return built
+
+
+def runtime_from_args(args):
+    """:func:`setup_runtime` from the flags of :func:`add_runtime_arguments`."""
+    return setup_runtime(args.strategy, args.precision, tpu=getattr(args, "tpu", None))
+
+
+def describe_runtime(strategy):
+    """One line: the strategy, its replicas and the dtype policy, e.g. "MirroredStrategy, 2 replicas, float32"."""
+    name = type(strategy).__name__
+    if name.startswith("_Default"):
+        name = "default strategy"
+    return (f"{name}, {strategy.num_replicas_in_sync} replica"
+            f"{'s' if strategy.num_replicas_in_sync != 1 else ''}, {keras.config.dtype_policy().name}")

@@ -1,0 +1,134 @@
+"""The training recipes of the translation models, defined once: examples/train_nmt.py (``--variant``) and
+benchmarks/nmt_quality.py build their models from here.
+
+A recipe (:class:`Variant`) is a model configuration, its optimizer settings and the rule that chooses the
+weights kept at the end (:class:`~attnlayers.applications.core.BestWeights`). Each model's default is its best
+measured recipe on German-English (benchmarks/README.md has the table):
+
+- the RNN models (seq2seq, bahdanau, luong, local): "base" (embeddings 256, 512 units, dropout 0.3, Adam 1e-3,
+  the epoch of lowest validation loss);
+- the Transformer: "lowres" (pre-LN, 2 + 2 layers, d_model 256, d_ff 512, dropout 0.3, warm-up over 400 steps
+  to 1.6e-3, label smoothing 0.1, the mean of the 3 epochs of best validation accuracy). "small" is the same
+  with dropout 0.1 and the best epoch; "base" is the paper's post-LN layout (3 + 3 layers, d_ff 1024), the
+  weakest in a short budget.
+
+"tiny" recipes are for smoke tests and the synthetic task.
+
+    model, best = build_recipe("transformer", vocabulary_size, vocabulary_size, max_length=48,
+                               shared_embeddings=True)           # compiled; best: the BestWeights to train with
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from attnlayers.validation import one_of
+
+from ..core.callbacks import BestWeights
+from ..core.schedules import TransformerSchedule
+from .model import MODELS, TransformerTranslator, build_model
+
+RNN_MODELS = tuple(m for m in MODELS if m != "transformer")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One training recipe.
+
+    Attributes:
+        name: its name (the ``--variant`` of the scripts).
+        description: one line for ``--help``.
+        model: the model constructor's arguments (sizes, dropout, layout).
+        optimizer: "learning_rate" (Adam's, RNNs) or "warmup_steps" and "scale" (the Transformer's
+            :class:`~attnlayers.applications.core.TransformerSchedule`), and "label_smoothing".
+        selection: :class:`~attnlayers.applications.core.BestWeights` arguments: "monitor", "average".
+    """
+
+    name: str
+    description: str
+    model: dict
+    optimizer: dict
+    selection: dict = dataclasses.field(default_factory=lambda: {"monitor": "val_loss", "average": 1})
+
+
+_SMALL = dict(num_layers=2, d_model=256, num_heads=4, intermediate_dim=512, normalize_first=True)
+_SMALL_OPTIMIZER = dict(warmup_steps=400, scale=0.5, label_smoothing=0.1)  # peak (256 * 400)^-0.5 / 2 = 1.6e-3
+_BEST_3_BY_ACCURACY = {"monitor": "val_accuracy", "average": 3}
+
+TRANSFORMER_VARIANTS = {
+    "lowres": Variant(
+        "lowres", "pre-LN 2+2 layers, d 256, d_ff 512, dropout 0.3, mean of the 3 best epochs by val accuracy "
+        "(best measured: 5.97 / 6.31 BLEU)",
+        {**_SMALL, "dropout": 0.3}, _SMALL_OPTIMIZER, _BEST_3_BY_ACCURACY),
+    "small": Variant(
+        "small", "pre-LN 2+2 layers, d 256, d_ff 512, dropout 0.1, best epoch by val loss (5.91 / 5.95 BLEU)",
+        {**_SMALL, "dropout": 0.1}, _SMALL_OPTIMIZER),
+    "small-avg": Variant(
+        "small-avg", "small with the mean of the 3 best epochs by val accuracy",
+        {**_SMALL, "dropout": 0.1}, _SMALL_OPTIMIZER, _BEST_3_BY_ACCURACY),
+    "base": Variant(
+        "base", "the paper's post-LN layout, 3+3 layers, d 256, d_ff 1024, dropout 0.2 (weakest here: 0.47 BLEU)",
+        dict(num_layers=3, d_model=256, num_heads=4, intermediate_dim=1024, normalize_first=False, dropout=0.2),
+        dict(warmup_steps=1000, scale=1.0, label_smoothing=0.1)),
+    "tiny": Variant(
+        "tiny", "1+1 layers, d 64, d_ff 128, for smoke runs",
+        dict(num_layers=1, d_model=64, num_heads=4, intermediate_dim=128, normalize_first=True, dropout=0.1),
+        dict(warmup_steps=200, scale=1.0, label_smoothing=0.1)),
+}
+
+RNN_VARIANTS = {
+    "base": Variant("base", "embeddings 256, 512 units (BiGRU 2x256 encoder), dropout 0.3, Adam 1e-3",
+                    dict(embedding_dim=256, units=512, dropout=0.3), dict(learning_rate=1e-3)),
+    "tiny": Variant("tiny", "embeddings 64, 128 units, dropout 0.1, for smoke runs",
+                    dict(embedding_dim=64, units=128, dropout=0.1), dict(learning_rate=1e-3)),
+}
+
+DEFAULT_VARIANTS = {**{name: "base" for name in RNN_MODELS}, "transformer": "lowres"}
+
+
+def variants(model_name):
+    """The recipes of ``model_name`` (one of :data:`~attnlayers.applications.nmt.model.MODELS`), by name."""
+    one_of(model_name, "model_name", MODELS)
+    return TRANSFORMER_VARIANTS if model_name == "transformer" else RNN_VARIANTS
+
+
+def get_variant(model_name, variant=None):
+    """The :class:`Variant` named ``variant`` of ``model_name`` (None: the model's default, its best)."""
+    table = variants(model_name)
+    name = DEFAULT_VARIANTS[model_name] if variant is None else variant
+    if name not in table:
+        raise ValueError(f"Unknown variant {name!r} for model {model_name!r}; expected one of {sorted(table)}.")
+    return table[name]
+
+
+def build_recipe(model_name, source_vocabulary_size, target_vocabulary_size, variant=None, *, max_length=64,
+                 shared_embeddings=False, learning_rate=None, **overrides):
+    """Builds and compiles ``model_name`` with a recipe.
+
+    Args:
+        model_name: "seq2seq", "bahdanau", "luong", "local" or "transformer".
+        source_vocabulary_size, target_vocabulary_size: V_s, V_t.
+        variant: a recipe name of :func:`variants` (None: the model's default, its best measured one).
+        max_length: the Transformer's longest sequence (positions, caches).
+        shared_embeddings: the Transformer ties source, target and output embeddings (one joint vocabulary).
+        learning_rate: replaces the recipe's learning rate (the Transformer's warm-up schedule included).
+        **overrides: more model constructor arguments (they win over the recipe's).
+
+    Returns:
+        ``(model, best)``: the compiled model and a fresh :class:`~attnlayers.applications.core.BestWeights`
+        with the recipe's selection rule, to pass to ``fit``.
+    """
+    recipe = get_variant(model_name, variant)
+    optimizer = dict(recipe.optimizer)
+    config = {**recipe.model, **overrides}
+    if model_name == "transformer":
+        model = TransformerTranslator(source_vocabulary_size, target_vocabulary_size, max_length=max_length,
+                                      shared_embeddings=shared_embeddings, name="transformer", **config)
+        if learning_rate is None:
+            learning_rate = TransformerSchedule(model.d_model, optimizer["warmup_steps"], optimizer["scale"])
+        model.compile_for_translation(learning_rate=learning_rate, label_smoothing=optimizer["label_smoothing"])
+    else:
+        model = build_model(model_name, source_vocabulary_size, target_vocabulary_size, **config)
+        model.compile_for_translation(learning_rate or optimizer["learning_rate"],
+                                      label_smoothing=optimizer.get("label_smoothing", 0.0))
+    return model, BestWeights(**recipe.selection)
