@@ -6,13 +6,19 @@ embeddings; Transformer blocks; and the mask algebra they share. All math is in 
 run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import decoding, masking, positional, scoring, visualize
+from attnlayers import decoding, masking, positional, scoring, validation, visualize
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.decoding import BeamSearch, DecodeResult, GreedySearch, Sampling, generate
 from attnlayers.embedding import TokenAndPositionEmbedding
-from attnlayers.hard import GumbelTemperatureSchedule, HardAttention, ReinforceModel
+from attnlayers.hard import (
+    GumbelTemperatureSchedule,
+    HardAttention,
+    ReinforceLoss,
+    ReinforceModel,
+    reinforce_surrogate,
+)
 from attnlayers.local import LocalAttention
-from attnlayers.multi_head import MultiHeadAttention
+from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.positional import (
     ALiBi,
     PositionEmbedding,
@@ -37,6 +43,7 @@ from attnlayers.scoring import (
     register_score,
 )
 from attnlayers.transformer import (
+    DecoderBlockOutputs,
     FeedForward,
     TransformerDecoder,
     TransformerDecoderBlock,
