@@ -1,73 +1,40 @@
-"""Output symbol generation: greedy search, beam search (t best of k, GNMT length normalisation) and sampling
-(temperature, top-k, top-p / nucleus, plain random), over one step-function interface that serves every
-autoregressive model alike (GPT, the Transformer translator, the RNN seq2seq decoder, the captioning decoder).
+"""Output symbol generation over one step function: greedy search, beam search (the t best of k hypotheses,
+GNMT length normalisation) and sampling (temperature, top-k, top-p / nucleus), for every autoregressive model
+alike (GPT, the Transformer translator, the RNN seq2seq and captioning decoders).
 
-The interface
--------------
-A model is seen through one function, keras-hub's::
+A model is seen through one function (keras-hub's ``CausalLM`` step has the same form, so its models plug in)::
 
     next(tokens, cache, index) -> (logits, cache)            or (logits, hidden_states, cache)
 
-``tokens`` is the whole (B, L) token buffer (the prompt, then what has been generated so far, then padding),
-``index`` the scalar position whose token is to be predicted (the newest known token is ``tokens[:, index - 1]``),
-``logits`` (B, V) (or (B, 1, V)) the unnormalised scores of that position, and ``cache`` any nest of tensors
-with the batch on axis 0: a Transformer key/value cache (B, layers, 2, L, heads, head_dim), RNN states, an
-encoder memory carried along unchanged... A ``next`` that ignores the cache and recomputes the whole prefix
-is valid too (it is the reference the cached path is tested against). The ``next`` that keras-hub's
-``CausalLM.generate_step`` builds around ``call_with_cache`` has exactly this form, so keras-hub models plug in
-unchanged.
+``tokens`` is the whole (B, L) token buffer (the prompt, the tokens generated so far, then padding), ``index``
+the scalar position to predict (the newest known token is ``tokens[:, index - 1]``), ``logits`` (B, V) or
+(B, 1, V) the unnormalised scores of that position, and ``cache`` any nest of tensors with the batch on axis 0:
+a Transformer key/value cache (B, layers, 2, L, heads, head_dim), RNN states, an encoder memory carried along
+unchanged. A ``next`` that ignores the cache and recomputes the whole prefix is valid too.
 
-:func:`generate` runs the loop with fixed shapes in ``keras.ops.while_loop``: it traces once inside
-``tf.function(jit_compile=True)`` (no recompilation from call to call for the same shapes) and under
-``jax.jit``, and it is what :mod:`attnlayers.export` writes into a SavedModel ``generate`` signature.
-
-What is taken from keras-hub and what is not (and why)
-------------------------------------------------------
-keras_hub.samplers split a strategy into a *token rule* (``compute_probabilities`` + ``get_next_token``:
-temperature, argmax, top-k, top-p, random) and a *loop* (``Sampler.__call__``). The token rules are used here
-as they are, unchanged: :class:`GreedySearch` and :class:`Sampling` hold a ``keras_hub.samplers.GreedySampler``,
-``RandomSampler``, ``TopKSampler`` or ``TopPSampler`` and call its ``get_next_token``, and any keras-hub
-sampler with a token rule may be passed as the strategy. Their loop is not reused, because it falls short of
-what this module must return:
-
-- it returns the filled buffer only: no sequence log-probabilities (``scores``), no lengths;
-- a row that has produced a stop token keeps generating (keras-hub masks afterwards in the model's
-  ``generate``); here finished rows are frozen and padded, and their scores stop changing;
-- its random state is a ``SeedGenerator`` variable advanced in place, so "same seed, same text" holds only
-  for the first call of a fresh sampler, JAX needs the ``StatelessScope`` plumbing of ``run_loop`` around the
-  whole model, and an exported model would carry the seed as a variable. Here the seed is a loop variable:
-  the sampler's seed state is mapped to it with a ``keras.StatelessScope`` around ``get_next_token`` only, so
-  the same seed gives the same text on every call, on both backends, and the seed can be a signature input.
-
-``keras_hub.samplers.BeamSampler`` is replaced, not wrapped: it returns one beam or all k (never the t best),
-has no length penalty, scores nothing but raw log-likelihoods, treats a beam that emits a stop token as still
-alive (it keeps extending it) and stops only when every beam has emitted one. :class:`BeamSearch` keeps
-finished hypotheses aside (the classic beam of Wu et al. 2016 / Hugging Face: a candidate ending in a stop
-token that ranks among the k best is finished, the k best others stay alive), ranks them with GNMT's length
-normalisation and stops a row as soon as no alive beam can still beat its t-th finished hypothesis.
+:func:`generate` runs the loop with fixed shapes in ``keras.ops.while_loop``, so it traces once inside
+``tf.function(jit_compile=True)`` or ``jax.jit`` and is what :mod:`attnlayers.export` writes into a SavedModel.
+Finished rows are frozen and padded, and every sequence comes back with its log-probability and length
+(:class:`DecodeResult`). Sampling keeps no random state: its noise is a hash of the seed and the position, so
+the same seed gives the same tokens on every call, eager or compiled, under TensorFlow and JAX, and the seed can
+be an input of a compiled or exported function.
 
 Shapes: B batch, L ``max_length`` (prompt included), V vocabulary, k ``num_beams``, t ``num_return``.
 """
 
 import math
 import random as python_random
+import sys
 from typing import NamedTuple
 
 import keras
 import numpy as np
 from keras import ops
 
+from attnlayers.validation import is_int, is_number, positive_int, positive_number
 
-def _samplers():
-    """keras_hub.samplers, imported on first use (importing keras_hub takes seconds; ``import attnlayers``
-    should not)."""
-    import keras_hub
-
-    return keras_hub.samplers
-
-
-# A finite "minus infinity" for the scores of impossible candidates: -inf would give inf - inf = NaN in the
-# sums and in the length normalisation. Scores are float32 (log-softmax in float32 whatever the model dtype).
+# A finite "minus infinity" for impossible candidates: -inf would give inf - inf = NaN in the beam sums and the
+# length normalisation. Scores are float32 (log-softmax in float32 whatever the model dtype).
 NEG_INF = -1e9
 
 
@@ -77,9 +44,9 @@ class DecodeResult(NamedTuple):
     Attributes:
         tokens: int32 (B, L), or (B, t, L) for :class:`BeamSearch`: the prompt, the generated tokens up to and
             including the stop token, then ``pad_token_id``.
-        scores: float32 (B,) or (B, t): the ranking score, the log-probability of the generated tokens
-            divided by the GNMT length penalty lp(Y) when ``alpha`` > 0 (beam search), else equal to
-            ``log_probs``. Beams are sorted by it, best first.
+        scores: float32 (B,) or (B, t): the ranking score, ``log_probs`` divided by the length penalty
+            lp(Y) when ``alpha`` > 0 (beam search), else equal to ``log_probs``. Beams are sorted by it, best
+            first.
         log_probs: float32 (B,) or (B, t): sum of log p(y_i | y_<i, prompt) over the generated tokens (stop
             token included, prompt excluded) under the model's distribution softmax(logits), whatever the
             temperature or filter used to choose them.
@@ -97,21 +64,11 @@ class DecodeResult(NamedTuple):
 # Strategies
 
 
-def _positive_int(value, name, what):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer ({what}); received {name}={value!r}.")
-    return int(value)
-
-
-def _positive_float(value, name, what):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0:
-        raise ValueError(f"`{name}` must be a number > 0 ({what}); received {name}={value!r}.")
-    return float(value)
-
-
 class Strategy:
     """Base of the decoding strategies. ``num_return`` is the number of sequences returned per row (None: one
-    sequence, outputs without the t axis); ``stochastic`` says whether the strategy draws random numbers."""
+    sequence, outputs without the t axis); ``stochastic`` says whether the strategy draws random numbers (and
+    so takes a seed). A strategy that picks one token per row and step implements ``choose(logits (B, V)
+    float32, index, seed) -> (B,) int32`` (and, if stochastic, ``initial_seed(seed) -> (2,) uint32``)."""
 
     num_return = None
     stochastic = False
@@ -124,83 +81,36 @@ class Strategy:
         return f"{type(self).__name__}({args})"
 
 
-class _TokenRule(Strategy):
-    """A strategy that picks one token per row and step with a keras-hub sampler's token rule."""
-
-    seed = None
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    @property
-    def stochastic(self):
-        return bool(self.sampler.variables)
-
-    def initial_seeds(self, seed):
-        """The loop-carried seed states: one (2,) tensor per seed variable of the keras-hub sampler."""
-        variables = self.sampler.variables
-        if not variables:
-            return ()
-        if seed is None:
-            seed = self.seed
-        if seed is None:  # a fresh Python seed per call (per trace inside a compiled function)
-            seed = python_random.randint(1, 2**31 - 1)
-        dtype = variables[0].dtype
-        if isinstance(seed, (int, np.integer)):
-            seed = ops.convert_to_tensor(np.array([int(seed) % 2**31, 0]), dtype=dtype)
-        else:
-            seed = ops.convert_to_tensor(seed)
-            if len(seed.shape) == 0:
-                seed = ops.stack([seed, ops.zeros_like(seed)])
-            elif tuple(seed.shape) != (2,):
-                raise ValueError(
-                    f"`seed` must be an int, a scalar integer tensor or a (2,) integer tensor; received a tensor "
-                    f"of shape {tuple(seed.shape)}."
-                )
-            seed = ops.cast(seed, dtype)
-        # Distinct streams if a sampler ever holds several generators.
-        return tuple(seed + ops.convert_to_tensor(np.array([0, 7919 * i]), dtype=dtype) for i in range(len(variables)))
-
-    def choose(self, logits, seeds):
-        """(B, V) logits -> (B,) int32 tokens, with the seed states advanced."""
-        probabilities = self.sampler.compute_probabilities(logits)  # float32, temperature applied
-        if not seeds:
-            return ops.cast(self.sampler.get_next_token(probabilities), "int32"), seeds
-        # keras-hub draws from `sampler.seed_generator`; map its state to our loop variable (stateless).
-        variables = self.sampler.variables
-        with keras.StatelessScope(state_mapping=list(zip(variables, seeds))) as scope:
-            token = self.sampler.get_next_token(probabilities)
-        new_seeds = []
-        for variable, old in zip(variables, seeds):
-            new = scope.get_current_value(variable)
-            new_seeds.append(old if new is None else ops.cast(new, old.dtype))
-        return ops.cast(token, "int32"), tuple(new_seeds)
-
-
-class GreedySearch(_TokenRule):
-    """Greedy search: the most probable token at every step (``keras_hub.samplers.GreedySampler``).
+class GreedySearch(Strategy):
+    """Greedy search: the most probable token at every step, ``y_i = argmax_v logits_i[v]``.
 
     Example:
     >>> result = generate(next, prompt, max_length=32, strategy=GreedySearch())
     >>> result.tokens          # (B, 32)
     """
 
-    def __init__(self):
-        super().__init__(_samplers().GreedySampler())
+    def choose(self, logits, index, seed):
+        """(B, V) float32 logits -> (B,) int32 tokens (``index`` and ``seed`` are unused)."""
+        return ops.cast(ops.argmax(logits, axis=-1), "int32")
 
 
-class Sampling(_TokenRule):
+class Sampling(Strategy):
     """Ancestral sampling from softmax(logits / temperature), optionally restricted to the ``top_k`` most
-    probable tokens (Fan et al. 2018) and / or to the nucleus, the smallest set of most probable tokens whose
-    probability reaches ``top_p`` (Holtzman et al. 2020). The draws are keras-hub's ``RandomSampler``,
-    ``TopKSampler`` or ``TopPSampler`` (with ``top_p``, ``top_k`` is its pre-filter).
+    probable tokens (Fan et al. 2018) and / or to the nucleus: the smallest set of most probable tokens whose
+    probability reaches ``top_p`` (Holtzman et al. 2020, section 3.1). With both, the nucleus is taken among
+    the ``top_k`` tokens (their probabilities under the whole softmax, not renormalised).
+
+    A draw is the Gumbel-max trick, ``y = argmax_v (logits[v] / temperature + g_v)`` with
+    ``g_v = -log(-log(u_v))`` (Jang et al. 2017, eq. 1), and the uniform ``u`` a hash of (seed, position, row,
+    candidate) in integer arithmetic (:func:`uniform_noise`): no random state, no variable. The same seed gives
+    the same tokens on every call, compiled or not, in a SavedModel, and under TensorFlow and JAX alike (for
+    the same logits), and a row's tokens do not depend on the other rows of the batch.
 
     Args:
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
         top_k: None or a positive int.
         top_p: None or a float in (0, 1].
-        seed: int or None. The same seed gives the same tokens on every call (the seed is not a variable
-            that advances); :func:`generate`'s ``seed`` argument overrides it per call (and may be a tensor,
+        seed: int or None. :func:`generate`'s ``seed`` argument overrides it per call (and may be a tensor,
             e.g. a signature input). None: a fresh random seed per Python call (per trace when compiled).
 
     Example:
@@ -208,42 +118,96 @@ class Sampling(_TokenRule):
     >>> result = generate(next, prompt, max_length=64, strategy=strategy, stop_token_ids=[eos])
     """
 
+    stochastic = True
+
     def __init__(self, temperature=1.0, top_k=None, top_p=None, seed=None):
-        self.temperature = _positive_float(temperature, "temperature", "the softmax temperature")
-        self.top_k = None if top_k is None else _positive_int(top_k, "top_k", "the number of tokens kept")
-        if top_p is not None:
-            if isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.floating)) or not 0 < top_p <= 1:
-                raise ValueError(
-                    f"`top_p` must be a probability in (0, 1] (the nucleus mass); received top_p={top_p!r}."
-                )
-            top_p = float(top_p)
-        self.top_p = top_p
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        self.temperature = positive_number(temperature, "temperature", what="the softmax temperature")
+        self.top_k = positive_int(top_k, "top_k", allow_none=True, what="the number of tokens kept")
+        if top_p is not None and not (is_number(top_p) and 0 < top_p <= 1):
+            raise ValueError(f"`top_p` must be a probability in (0, 1] (the nucleus mass); received top_p={top_p!r}.")
+        self.top_p = None if top_p is None else float(top_p)
+        if seed is not None and not is_int(seed):
             raise ValueError(f"`seed` must be an int or None; received seed={seed!r}.")
         self.seed = None if seed is None else int(seed)
-        samplers = _samplers()
-        # keras-hub's seed argument is irrelevant here: the state is mapped to our loop-carried seed.
-        if self.top_p is not None:
-            sampler = samplers.TopPSampler(p=self.top_p, k=self.top_k, seed=0, temperature=self.temperature)
-        elif self.top_k is not None:
-            sampler = samplers.TopKSampler(k=self.top_k, seed=0, temperature=self.temperature)
-        else:
-            sampler = samplers.RandomSampler(seed=0, temperature=self.temperature)
-        super().__init__(sampler)
 
     def get_config(self):
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
 
+    def initial_seed(self, seed=None):
+        """The (2,) uint32 seed tensor from ``seed`` (an int, a scalar or (2,) integer tensor), else
+        ``self.seed``, else a fresh random int."""
+        if seed is None:
+            seed = self.seed
+        if seed is None:
+            seed = python_random.randint(1, 2**31 - 1)
+        if is_int(seed):
+            seed = int(seed)
+            return ops.convert_to_tensor(np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF], "uint32"))
+        seed = ops.convert_to_tensor(seed)
+        if len(seed.shape) == 0:
+            seed = ops.stack([seed, ops.zeros_like(seed)])
+        elif tuple(seed.shape) != (2,):
+            raise ValueError(
+                "`seed` must be an int, a scalar integer tensor or a (2,) integer tensor; received a tensor of "
+                f"shape {tuple(seed.shape)}."
+            )
+        return ops.cast(seed, "uint32")
 
-class _KerasHubSampler(_TokenRule):
-    """Any keras-hub sampler whose strategy is a token rule (``get_next_token``), used as it is."""
+    def choose(self, logits, index, seed):
+        """(B, V) float32 logits of position ``index`` and the (2,) seed -> (B,) int32 tokens."""
+        logits = logits / self.temperature
+        ids = None  # the candidates' token ids (B, K) when filtered
+        if self.top_k is not None or self.top_p is not None:
+            vocab = logits.shape[-1]
+            if self.top_k is None and vocab is None:
+                raise ValueError("`top_p` sampling needs logits with a known vocabulary size (the last axis).")
+            k = self.top_k if vocab is None else min(self.top_k or vocab, vocab)
+            log_z = ops.logsumexp(logits, axis=-1, keepdims=True)
+            logits, ids = ops.top_k(logits, k, sorted=True)  # (B, K), most probable first
+            if self.top_p is not None:
+                # The nucleus: token i stays while the probability of the tokens before it is below p.
+                probs = ops.exp(logits - log_z)
+                logits = ops.where(ops.cumsum(probs, axis=-1) - probs < self.top_p, logits, NEG_INF)
+        gumbel = -ops.log(-ops.log(uniform_noise(seed, index, ops.shape(logits)[0], logits.shape[-1])))
+        choice = ops.cast(ops.argmax(logits + gumbel, axis=-1), "int32")
+        if ids is None:
+            return choice
+        return ops.take_along_axis(ops.cast(ids, "int32"), choice[:, None], axis=1)[:, 0]
 
-    def __init__(self, sampler):
-        super().__init__(sampler)
-        self.seed = getattr(sampler, "seed", None)
 
-    def get_config(self):
-        return {"sampler": self.sampler}
+def _mix(x, y, z, w):
+    """One mixing round of pcg4d: each word absorbs the product of two others (mod 2^32)."""
+    x = x + y * w
+    y = y + z * x
+    z = z + x * y
+    w = w + y * z
+    return x, y, z, w
+
+
+def uniform_noise(seed, index, rows, columns):
+    """Uniform numbers in (0, 1), a pure function of (seed, index, row, column): the same on every backend,
+    compiled or not, since it is integer arithmetic modulo 2^32.
+
+    The four uint32 counters go through the pcg4d hash (Jarzynski & Olano 2020, "Hash Functions for GPU
+    Rendering": ``v = v * 1664525 + 1013904223``, a mixing round, ``v ^= v >> 16``, a mixing round); the top 23
+    bits b of the first word give ``u = (b + 1/2) / 2^23``, exactly representable in float32, never 0 or 1.
+
+    Args:
+        seed: (2,) uint32. index: a scalar int (the decoding position). rows: B (an int or scalar tensor).
+        columns: K, a Python int.
+
+    Returns:
+        float32 (B, K).
+    """
+    cell = ops.reshape(ops.arange(rows * columns, dtype="int32"), (-1, columns))  # row * K + column
+    x, y, z, w = seed[0], seed[1], ops.cast(index, "uint32"), ops.cast(cell, "uint32")
+    a, c = ops.convert_to_tensor(np.uint32(1664525)), ops.convert_to_tensor(np.uint32(1013904223))
+    x, y, z, w = _mix(x * a + c, y * a + c, z * a + c, w * a + c)
+    shift = ops.convert_to_tensor(np.uint32(16))
+    x, y, z, w = (ops.bitwise_xor(v, ops.right_shift(v, shift)) for v in (x, y, z, w))
+    word = _mix(x, y, z, w)[0]
+    bits = ops.right_shift(word, ops.convert_to_tensor(np.uint32(9)))
+    return (ops.cast(bits, "float32") + 0.5) * (2.0**-23)
 
 
 class BeamSearch(Strategy):
@@ -256,9 +220,9 @@ class BeamSearch(Strategy):
     ``max_length`` the alive beams compete with the finished ones as they are. With k = t = 1 and alpha = 0
     this is greedy search.
 
-    Length normalisation (Wu et al. 2016, GNMT, eq. 14): ``score(Y) = log P(Y | X) / lp(Y)`` with
+    Length normalisation (Wu et al. 2016, eq. 14): ``score(Y) = log P(Y | X) / lp(Y)`` with
     ``lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha``, |Y| the number of generated tokens (stop token included,
-    prompt excluded). alpha = 0 ranks by log-probability; GNMT used alpha in [0.6, 0.7].
+    prompt excluded). alpha = 0 ranks by log-probability; Wu et al. used alpha in [0.6, 0.7].
 
     Args:
         num_beams: k >= 1.
@@ -273,20 +237,16 @@ class BeamSearch(Strategy):
     """
 
     def __init__(self, num_beams=4, num_return=1, alpha=0.0):
-        self.num_beams = _positive_int(num_beams, "num_beams", "the beam size k")
-        if isinstance(num_return, bool) or not isinstance(num_return, (int, np.integer)) or not (
-            1 <= num_return <= self.num_beams
-        ):
+        self.num_beams = positive_int(num_beams, "num_beams", what="the beam size k")
+        if not (is_int(num_return) and 1 <= num_return <= self.num_beams):
             raise ValueError(
                 f"`num_return` (t, the number of sequences returned) must be an integer in [1, num_beams="
                 f"{self.num_beams}]; received num_return={num_return!r}."
             )
         self.num_return = int(num_return)
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not (
-            math.isfinite(alpha) and alpha >= 0
-        ):
+        if not (is_number(alpha) and math.isfinite(alpha) and alpha >= 0):
             raise ValueError(
-                f"`alpha` (GNMT length-normalisation exponent) must be a finite number >= 0; received alpha={alpha!r}."
+                f"`alpha` (the length-normalisation exponent) must be a finite number >= 0; received alpha={alpha!r}."
             )
         self.alpha = float(alpha)
 
@@ -303,22 +263,38 @@ _STRATEGIES = {
 }
 
 
+def _from_keras_hub(sampler):
+    """The strategy equivalent to a keras-hub sampler (its settings; the draws are this module's), or None."""
+    samplers = sys.modules["keras_hub"].samplers
+    kind = type(sampler)
+    if kind is samplers.GreedySampler:
+        return GreedySearch()
+    settings = {"temperature": sampler.temperature, "seed": getattr(sampler, "seed", None)}
+    if kind is samplers.RandomSampler:
+        return Sampling(**settings)
+    if kind is samplers.TopKSampler:
+        return Sampling(top_k=sampler.k, **settings)
+    if kind is samplers.TopPSampler:
+        return Sampling(top_p=sampler.p, top_k=sampler.k, **settings)
+    return None
+
+
 def get_strategy(identifier):
     """A decoding strategy from a name, a :class:`Strategy` or a keras-hub sampler.
 
     Args:
         identifier: "greedy", "beam" (k = 4), "random", "top_k" (k = 5), "top_p" (p = 0.9); a
-            :class:`Strategy`; or a ``keras_hub.samplers.Sampler`` whose strategy is a token rule (greedy,
-            random, top-k, top-p, or your own ``get_next_token``): it is used unchanged, with scores and stop
-            handling from this module. (keras-hub's beam and contrastive samplers run their own loops: use
-            :class:`BeamSearch`.)
+            :class:`Strategy`; or a ``keras_hub.samplers`` ``GreedySampler``, ``RandomSampler``,
+            ``TopKSampler`` or ``TopPSampler``, translated to the equivalent strategy (same temperature, k, p
+            and seed). Other keras-hub samplers (beam, contrastive, subclasses with their own token rule) are
+            refused: use :class:`BeamSearch` for beam search.
 
     Returns:
         A :class:`Strategy`.
 
     Example:
     >>> get_strategy("top_k")                                  # Sampling(top_k=5)
-    >>> get_strategy(keras_hub.samplers.TopKSampler(k=10))     # keras-hub's rule, our loop
+    >>> get_strategy(keras_hub.samplers.TopKSampler(k=10))     # Sampling(top_k=10)
     """
     if isinstance(identifier, Strategy):
         return identifier
@@ -326,17 +302,19 @@ def get_strategy(identifier):
         if identifier not in _STRATEGIES:
             raise ValueError(f"`strategy` must be one of {sorted(_STRATEGIES)}; received strategy={identifier!r}.")
         return _STRATEGIES[identifier]()
-    sampler_class = _samplers().Sampler
-    if isinstance(identifier, sampler_class):
-        if type(identifier).__call__ is not sampler_class.__call__:
+    keras_hub = sys.modules.get("keras_hub")  # a keras-hub sampler implies keras_hub is imported
+    if keras_hub is not None and isinstance(identifier, keras_hub.samplers.Sampler):
+        strategy = _from_keras_hub(identifier)
+        if strategy is None:
             raise ValueError(
-                f"keras-hub's {type(identifier).__name__} runs its own loop and cannot be used as a token rule; "
-                f"use attnlayers.decoding.BeamSearch for beam search. Received strategy={identifier!r}."
+                f"keras-hub's {type(identifier).__name__} is not supported as a strategy (only GreedySampler, "
+                "RandomSampler, TopKSampler and TopPSampler are translated); use attnlayers.decoding.BeamSearch "
+                f"for beam search, or Sampling for sampling. Received strategy={identifier!r}."
             )
-        return _KerasHubSampler(identifier)
+        return strategy
     raise ValueError(
         "`strategy` must be a name (greedy, beam, random, top_k, top_p), an attnlayers.decoding.Strategy or a "
-        f"keras_hub.samplers.Sampler; received strategy={identifier!r}."
+        f"keras_hub.samplers sampler; received strategy={identifier!r}."
     )
 
 
@@ -405,11 +383,9 @@ def _column(x, index):
 def _check_stop_token_ids(stop_token_ids):
     if stop_token_ids is None:
         return ()
-    if isinstance(stop_token_ids, (int, np.integer)) and not isinstance(stop_token_ids, bool):
+    if is_int(stop_token_ids):
         return (int(stop_token_ids),)
-    if not isinstance(stop_token_ids, (list, tuple)) or not all(
-        isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in stop_token_ids
-    ):
+    if not isinstance(stop_token_ids, (list, tuple)) or not all(is_int(s) for s in stop_token_ids):
         raise ValueError(
             f"`stop_token_ids` must be None, an int or a list of ints; received stop_token_ids={stop_token_ids!r}."
         )
@@ -476,12 +452,7 @@ def generate(
     """
     strategy = get_strategy(strategy)
     stop_token_ids = _check_stop_token_ids(stop_token_ids)
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
-        raise ValueError(
-            f"`max_length` must be a positive Python int (the output length, prompt included); received "
-            f"max_length={max_length!r}."
-        )
-    max_length = int(max_length)
+    max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
     prompt = ops.convert_to_tensor(prompt)
     if len(prompt.shape) == 1:
         prompt = ops.expand_dims(prompt, 1)
@@ -521,7 +492,7 @@ def generate(
     given_lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
     if index is None:  # the shortest prompt
         index = prompt_length if prompt_mask is None and prompt_length is not None else ops.min(given_lengths)
-    elif isinstance(index, (int, np.integer)) and not (1 <= index <= max_length):
+    elif is_int(index) and not (1 <= index <= max_length):
         raise ValueError(
             f"`index` (the first position to predict) must be in [1, max_length={max_length}]; received index={index}."
         )
@@ -531,12 +502,12 @@ def generate(
     if isinstance(strategy, BeamSearch):
         return _beam_search(next, strategy, prompt, mask, given_lengths, cache, index, max_length, stop_token_ids,
                             pad)
-    return _token_rule_search(next, strategy, prompt, mask, given_lengths, cache, index, max_length, stop_token_ids,
-                              pad, seed)
+    seed = strategy.initial_seed(seed) if strategy.stochastic else None
+    return _one_token_search(next, strategy, prompt, mask, cache, index, max_length, stop_token_ids, pad, seed)
 
 
-def _token_rule_search(next, strategy, tokens, given, given_lengths, cache, index, max_length, stop_token_ids, pad,
-                       seed):
+def _one_token_search(next, strategy, tokens, given, cache, index, max_length, stop_token_ids, pad, seed):
+    """Greedy search and sampling: one token per row and step, chosen by ``strategy.choose``."""
     batch = ops.shape(tokens)[0]
     state = {
         "tokens": tokens,
@@ -545,7 +516,6 @@ def _token_rule_search(next, strategy, tokens, given, given_lengths, cache, inde
         "finished": ops.zeros((batch,), "bool"),
         "log_probs": ops.zeros((batch,), "float32"),
         "end": ops.full((batch,), max_length, "int32"),
-        "seeds": strategy.initial_seeds(seed),
     }
 
     def cond(state):
@@ -554,7 +524,7 @@ def _token_rule_search(next, strategy, tokens, given, given_lengths, cache, inde
     def body(state):
         index, tokens, finished = state["index"], state["tokens"], state["finished"]
         logits, cache = _step(next, tokens, state["cache"], index)
-        chosen, seeds = strategy.choose(logits, state["seeds"])
+        chosen = strategy.choose(logits, index, seed)
         forced = _column(given, index)
         token = ops.where(forced, _column(tokens, index), chosen)
         token = ops.where(finished, pad, token)
@@ -570,7 +540,6 @@ def _token_rule_search(next, strategy, tokens, given, given_lengths, cache, inde
             "finished": ops.logical_or(finished, stopped),
             "log_probs": log_probs,
             "end": ops.where(stopped, index + 1, state["end"]),
-            "seeds": seeds,
         }
 
     state = ops.while_loop(cond, body, state)

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from attnlayers.decoding import generate, get_strategy
+from attnlayers.validation import positive_int
 
 
 def _variables(track):
@@ -86,8 +87,9 @@ def export_generate(
             (logits, cache)``.
         max_length: L, the output length (prompt included), a Python int.
         strategy: as in :func:`~attnlayers.decoding.generate` (a name, :class:`~attnlayers.decoding.GreedySearch`,
-            :class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`, a keras-hub sampler).
-            A sampling strategy adds an int32 scalar ``seed`` input (same seed, same output).
+            :class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`). A sampling strategy
+            adds an int32 scalar ``seed`` input: the same seed gives the same output (as in-process
+            :func:`~attnlayers.decoding.generate` with that seed); no random state is saved.
         track: the Keras layers / models (or variables) whose variables ``next`` and ``prepare`` read; they are
             saved with the function.
         prepare: ``prepare(token_ids, padding_mask) -> dict`` with "prompt" (B, P) and optionally "prompt_mask"
@@ -106,9 +108,10 @@ def export_generate(
     Returns:
         The ``tf.Module`` that was saved (its ``generate`` method runs in this process too).
 
-    Signature ``generate`` (``loaded.signatures["generate"](**inputs)`` or ``loaded.generate(...)``):
+    Signature ``generate`` (``loaded.signatures["generate"](**inputs)``, or ``loaded.generate(...)`` with the
+    inputs by keyword or in this order):
         inputs: ``token_ids`` int32 (B, P) and ``padding_mask`` bool (B, P) (right-padded prompts); with a
-            tokenizer, ``text`` string (B,) instead; ``seed`` int32 () for sampling strategies.
+            tokenizer, ``text`` string (B,) instead; then ``seed`` int32 () for sampling strategies.
         outputs (a dict): ``token_ids`` int32 (B, L), ``scores`` / ``log_probs`` float32 (B,), ``lengths``
             int32 (B,); with :class:`~attnlayers.decoding.BeamSearch`, (B, t, L) and (B, t). With a tokenizer,
             also ``text`` string (B,) or (B, t): the detokenized generated tokens (prompt, stop token and
@@ -120,7 +123,7 @@ def export_generate(
     ...                 stop_token_ids=[eos])
     >>> # in a process with only TensorFlow:
     >>> loaded = tf.saved_model.load("/tmp/gpt")
-    >>> out = loaded.signatures["generate"](token_ids=ids, padding_mask=ids != 0)
+    >>> out = loaded.generate(token_ids=ids, padding_mask=ids != 0)   # or loaded.signatures["generate"](...)
     >>> out["token_ids"].shape, out["scores"].shape
     (TensorShape([B, 2, 64]), TensorShape([B, 2]))
     """
@@ -129,11 +132,8 @@ def export_generate(
             "export_generate writes a TensorFlow SavedModel and needs the TensorFlow backend; received "
             f"KERAS_BACKEND={keras.backend.backend()!r}."
         )
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"`max_length` must be a positive int; received max_length={max_length!r}.")
-    if input_length is not None and (isinstance(input_length, bool) or not isinstance(input_length, int)
-                                     or input_length < 1):
-        raise ValueError(f"`input_length` must be None or a positive int; received input_length={input_length!r}.")
+    max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
+    input_length = positive_int(input_length, "input_length", allow_none=True)
     if tokenizer is not None and not (hasattr(tokenizer, "tokenize") and hasattr(tokenizer, "detokenize")):
         raise ValueError(
             "`tokenizer` must have `tokenize(strings)` and `detokenize(token_ids)` methods built from TensorFlow "
@@ -182,33 +182,45 @@ def export_generate(
         return {"token_ids": result.tokens, "scores": result.scores, "log_probs": result.log_probs,
                 "lengths": result.lengths}
 
-    seed_spec = [tf.TensorSpec((), tf.int32, name="seed")] if stochastic else []
-    if tokenizer is None:
-        def generate_ids(token_ids, padding_mask, *seed):
-            token_ids, padding_mask = fit(tf.cast(token_ids, tf.int32), tf.cast(padding_mask, tf.bool))
-            return outputs(decode(token_ids, padding_mask, seed[0] if seed else tf.constant(0)))
+    def from_ids(token_ids, padding_mask, seed):
+        token_ids, padding_mask = fit(tf.cast(token_ids, tf.int32), tf.cast(padding_mask, tf.bool))
+        return outputs(decode(token_ids, padding_mask, seed))
 
-        signature = [tf.TensorSpec((None, None), tf.int32, name="token_ids"),
-                     tf.TensorSpec((None, None), tf.bool, name="padding_mask")] + seed_spec
-        function = tf.function(generate_ids, input_signature=signature, autograph=False)
+    def from_text(text, seed):
+        ids = tokenizer.tokenize(text)
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        while ids.ragged_rank > 1:  # tokenizers that return (batch, words, pieces)
+            ids = ids.merge_dims(1, 2)
+        ids = tf.cast(ids, tf.int32)
+        token_ids = ids.to_tensor(default_value=pad_token_id)
+        padding_mask = tf.sequence_mask(ids.row_lengths(), tf.shape(token_ids)[1])
+        token_ids, padding_mask = fit(token_ids, padding_mask)
+        result = decode(token_ids, padding_mask, seed)
+        out = outputs(result)
+        out["text"] = _text_of(out["token_ids"], result[1], out["lengths"], stops, tokenizer)
+        return out
+
+    # One function per input set, with named parameters (no *args): the module and the loaded SavedModel then
+    # take keyword arguments as well as positional ones.
+    ids_spec = [tf.TensorSpec((None, None), tf.int32, name="token_ids"),
+                tf.TensorSpec((None, None), tf.bool, name="padding_mask")]
+    text_spec = [tf.TensorSpec((None,), tf.string, name="text")]
+    seed_spec = [tf.TensorSpec((), tf.int32, name="seed")]
+    if tokenizer is None and stochastic:
+        def serve(token_ids, padding_mask, seed):
+            return from_ids(token_ids, padding_mask, seed)
+    elif tokenizer is None:
+        def serve(token_ids, padding_mask):
+            return from_ids(token_ids, padding_mask, tf.constant(0))
+    elif stochastic:
+        def serve(text, seed):
+            return from_text(text, seed)
     else:
-        def generate_text(text, *seed):
-            ids = tokenizer.tokenize(text)
-            if not isinstance(ids, tf.RaggedTensor):
-                ids = tf.RaggedTensor.from_tensor(ids)
-            while ids.ragged_rank > 1:  # tokenizers that return (batch, words, pieces)
-                ids = ids.merge_dims(1, 2)
-            ids = tf.cast(ids, tf.int32)
-            token_ids = ids.to_tensor(default_value=pad_token_id)
-            padding_mask = tf.sequence_mask(ids.row_lengths(), tf.shape(token_ids)[1])
-            token_ids, padding_mask = fit(token_ids, padding_mask)
-            result = decode(token_ids, padding_mask, seed[0] if seed else tf.constant(0))
-            out = outputs(result)
-            out["text"] = _text_of(out["token_ids"], result[1], out["lengths"], stops, tokenizer)
-            return out
-
-        signature = [tf.TensorSpec((None,), tf.string, name="text")] + seed_spec
-        function = tf.function(generate_text, input_signature=signature, autograph=False)
+        def serve(text):
+            return from_text(text, tf.constant(0))
+    signature = (ids_spec if tokenizer is None else text_spec) + (seed_spec if stochastic else [])
+    function = tf.function(serve, input_signature=signature, autograph=False)
 
     module.generate = function
     tf.saved_model.save(module, path, signatures={"generate": function.get_concrete_function()})

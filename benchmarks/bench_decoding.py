@@ -6,10 +6,11 @@ The model: a GPT-2-architecture decoder at small sizes (defaults: 4 layers, d_mo
 GPT-2, d_ff 1024, vocabulary 8192), random weights, greedy decoding of ``new_tokens`` = 256 tokens for a batch
 of 8 prompts of 16 tokens, no stop token (every call generates exactly batch * new_tokens tokens).
 
-- ours: ``TokenAndPositionEmbedding`` (learned positions) + ``TransformerDecoder(normalize_first=True)``
-  (pre-LN, GELU with the tanh approximation, LayerNorm eps 1e-5, final LayerNorm) + tied output projection
-  (``reverse=True``): GPT-2's architecture. The keras-hub model's weights are copied into it, so both sides
-  compute the same function; the table reports whether the generated tokens agree.
+- ours: ``attnlayers.applications.gpt.GPT`` (``TokenAndPositionEmbedding`` with learned positions +
+  ``TransformerDecoder(normalize_first=True)``: pre-LN, GELU with the tanh approximation, LayerNorm eps 1e-5,
+  final LayerNorm + tied output projection): GPT-2's architecture, built by ``from_keras_hub`` with the
+  keras-hub model's weights, so both sides compute the same function; the table reports whether the
+  generated tokens agree. Its ``initial_cache`` prefills the prompt and ``next`` is the cached step.
 - recompute: the same model and loop, but ``next`` runs the whole (B, L) buffer through the model at every step
   (fixed shapes, as XLA needs: the causal mask hides what is not generated yet) and takes the logits at
   ``index - 1``: no cache.
@@ -50,7 +51,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from attnlayers import TokenAndPositionEmbedding, TransformerDecoder
+from attnlayers.applications.gpt import from_keras_hub
 from attnlayers.decoding import generate
 
 SIZES = {
@@ -63,66 +64,6 @@ SIZES = {
     "intermediate_dim": 1024,
     "vocabulary_size": 8192,
 }
-
-
-def gelu_approximate(x):
-    return keras.activations.gelu(x, approximate=True)  # GPT-2's GELU
-
-
-class GPT:
-    """GPT-2's architecture from attnlayers blocks, with a cached and an uncached step function."""
-
-    def __init__(self, s, max_length):
-        self.s, self.max_length = s, max_length
-        self.embed = TokenAndPositionEmbedding(s["vocabulary_size"], max_length, s["hidden_dim"])
-        self.decoder = TransformerDecoder(
-            s["num_layers"], s["num_heads"], s["intermediate_dim"], normalize_first=True,
-            activation=gelu_approximate, layer_norm_epsilon=1e-5,
-        )
-        self.decoder(self.embed(np.zeros((1, max_length), "int32")))  # build
-
-    def logits(self, tokens):
-        return self.embed(self.decoder(self.embed(tokens)), reverse=True)
-
-    def next(self, tokens, cache, index):
-        token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1)
-        out = self.decoder(
-            self.embed(token, start_index=index - 1),
-            self_attention_cache=cache, self_attention_cache_update_index=index - 1,
-        )
-        return self.embed(out["sequence_output"], reverse=True)[:, 0], out["self_attention_cache"]
-
-    def next_recompute(self, tokens, cache, index):
-        return ops.take(self.logits(tokens), index - 1, axis=1), cache
-
-    def prefill(self, prompt):
-        s = self.s
-        head_dim = s["hidden_dim"] // s["num_heads"]
-        cache = ops.zeros((ops.shape(prompt)[0], s["num_layers"], 2, self.max_length, s["num_heads"], head_dim))
-        out = self.decoder(self.embed(prompt), self_attention_cache=cache, self_attention_cache_update_index=0)
-        return out["self_attention_cache"]
-
-
-def copy_weights(backbone, ours):
-    """keras-hub GPT2Backbone weights -> ours (same shapes, names mapped)."""
-    rename = {
-        "feedforward_intermediate_dense": "feedforward/intermediate_dense",
-        "feedforward_output_dense": "feedforward/output_dense",
-    }
-    targets = {}
-    for w in ours.embed.weights:
-        targets[w.path.split("/", 1)[1]] = w  # token_embedding/embeddings, position_embedding/embeddings
-    for w in ours.decoder.weights:
-        path = w.path.split("/", 1)[1]  # transformerdecoderblock_i/... or final_layer_norm/...
-        path = path.replace("transformerdecoderblock_", "transformer_layer_").replace("final_layer_norm", "layer_norm")
-        targets[path] = w
-    for w in backbone.weights:
-        path = w.path
-        for old, new in rename.items():
-            path = path.replace(old, new)
-        targets.pop(path).assign(w.value)
-    if targets:
-        raise RuntimeError(f"weights not copied: {sorted(targets)}")
 
 
 def make_inputs(s):
@@ -161,8 +102,7 @@ def main(argv=None):
         hidden_dim=s["hidden_dim"], intermediate_dim=s["intermediate_dim"], dropout=0.0,
         max_sequence_length=max_length,
     )
-    ours = GPT(s, max_length)
-    copy_weights(backbone, ours)
+    ours = from_keras_hub(backbone)  # the GPT application's model, with the backbone's weights
 
     prompt = make_inputs(s)
     buffer = np.zeros((s["batch"], max_length), "int32")
@@ -171,11 +111,14 @@ def main(argv=None):
     prompt = tf.constant(prompt)
 
     def ours_generate(prompt):
-        result = generate(ours.next, prompt, max_length, "greedy", cache=ours.prefill(prompt))
+        result = generate(ours.next, prompt, max_length, "greedy", cache=ours.initial_cache(prompt, None, max_length))
         return result.tokens
 
+    def next_recompute(tokens, cache, index):  # no cache: the whole (B, L) buffer at every step
+        return ops.take(ours(tokens), index - 1, axis=1), cache
+
     def recompute_generate(prompt):
-        return generate(ours.next_recompute, prompt, max_length, "greedy").tokens
+        return generate(next_recompute, prompt, max_length, "greedy").tokens
 
     def hub_side(jit_compile):
         # keras-hub compiles generate in tf.function(jit_compile=model.jit_compile); after

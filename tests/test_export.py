@@ -1,7 +1,8 @@
 """SavedModel export of generation (TensorFlow only): the `generate` signature round-trips into a fresh process
 that imports only tensorflow (and tensorflow_text for the tokenizer case), never attnlayers, keras or keras_hub,
 and gives the in-process results: token ids in / token ids and scores out with cached beam search, strings in /
-strings out with a keras-hub WordPiece tokenizer, a seed input for sampling."""
+strings out with a keras-hub WordPiece tokenizer, a seed input for sampling (no random state saved); the module
+and the loaded SavedModel take keyword arguments. The model is the GPT application's."""
 
 import json
 import os
@@ -20,37 +21,26 @@ pytestmark = pytest.mark.skipif(
 if keras.backend.backend() == "tensorflow":
     import keras_hub
     import tensorflow as tf
-    from keras import ops
 
-    from attnlayers import TokenAndPositionEmbedding, TransformerDecoder
+    from attnlayers.applications.gpt import GPT, GPTConfig
     from attnlayers.decoding import BeamSearch, Sampling, generate
     from attnlayers.export import export_generate
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "ran", "to", "red", "big", "and", "##s", "saw"]
 VOCAB = ["[PAD]", "[UNK]", "[END]"] + WORDS
-LENGTH, DIM, LAYERS, HEADS = 12, 16, 2, 2
+LENGTH = 12
 END = 2
 
 
-class TinyLM:
-    """Decoder-only: TokenAndPositionEmbedding + pre-LN TransformerDecoder + tied logits, with a cache."""
+def tiny_gpt():
+    config = GPTConfig(vocabulary_size=len(VOCAB), max_sequence_length=LENGTH, num_layers=2, num_heads=2,
+                       hidden_dim=16, intermediate_dim=32, end_token_id=END, pad_token_id=0)
+    return GPT(config)
 
-    def __init__(self):
-        self.embed = TokenAndPositionEmbedding(len(VOCAB), LENGTH, DIM)
-        self.decoder = TransformerDecoder(LAYERS, HEADS, 32, normalize_first=True, activation="gelu")
-        self.decoder(self.embed(np.zeros((1, LENGTH), "int32")))
 
-    def next(self, tokens, cache, index):
-        token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)
-        out = self.decoder(self.embed(token, start_index=index - 1), self_attention_cache=cache,
-                           self_attention_cache_update_index=index - 1)
-        return self.embed(out["sequence_output"], reverse=True)[:, 0], out["self_attention_cache"]
-
-    def prepare(self, token_ids, padding_mask):
-        """Prefill: the prompt's keys and values in one pass."""
-        cache = ops.zeros((ops.shape(token_ids)[0], LAYERS, 2, LENGTH, HEADS, DIM // HEADS))
-        out = self.decoder(self.embed(token_ids), self_attention_cache=cache, self_attention_cache_update_index=0)
-        return {"prompt": token_ids, "prompt_mask": padding_mask, "cache": out["self_attention_cache"]}
+def prepare(lm):
+    """export_generate's `prepare` for a GPT: the prompt and its prefilled cache."""
+    return lambda ids, mask: {"prompt": ids, "prompt_mask": mask, "cache": lm.initial_cache(ids, mask, LENGTH)}
 
 
 IDS = np.array([[4, 5, 6, 0], [7, 0, 0, 0]], "int32")
@@ -83,36 +73,36 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     keras.utils.set_random_seed(3)
-    lm = TinyLM()
+    lm = tiny_gpt()
     root = tmp_path_factory.mktemp("export")
     paths = {name: str(root / name) for name in ("ids", "text", "sample")}
     beam = BeamSearch(2, 2, alpha=0.6)
-    export_generate(paths["ids"], lm.next, LENGTH, beam, track=[lm.embed, lm.decoder], prepare=lm.prepare,
-                    stop_token_ids=[END])
+    modules = {"ids": export_generate(paths["ids"], lm.next, LENGTH, beam, track=lm, prepare=prepare(lm),
+                                      stop_token_ids=[END])}
     tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=VOCAB, lowercase=True)
-    export_generate(paths["text"], lm.next, LENGTH, "greedy", track=[lm.embed, lm.decoder], prepare=lm.prepare,
-                    stop_token_ids=[END], tokenizer=tokenizer)
-    sampling = Sampling(top_k=4, temperature=2.0)
-    export_generate(paths["sample"], lm.next, LENGTH, sampling, track=[lm.embed, lm.decoder], prepare=lm.prepare,
-                    jit_compile=False)
+    modules["text"] = export_generate(paths["text"], lm.next, LENGTH, "greedy", track=lm, prepare=prepare(lm),
+                                      stop_token_ids=[END], tokenizer=tokenizer)
+    sampling = Sampling(top_k=4, temperature=2.0)  # XLA-compiled in the SavedModel, eager below: same draws
+    modules["sample"] = export_generate(paths["sample"], lm.next, LENGTH, sampling, track=lm, prepare=prepare(lm))
     # In-process references: generate() itself, no export involved.
     ids_mask = IDS != 0
     expected = {
-        "ids": generate(lm.next, IDS, LENGTH, beam, cache=lm.prepare(IDS, ids_mask)["cache"], prompt_mask=ids_mask,
+        "ids": generate(lm.next, IDS, LENGTH, beam, cache=lm.initial_cache(IDS, ids_mask, LENGTH), prompt_mask=ids_mask,
                         stop_token_ids=[END]),
-        "sample": generate(lm.next, IDS, LENGTH, sampling, cache=lm.prepare(IDS, ids_mask)["cache"],
+        "sample": generate(lm.next, IDS, LENGTH, sampling, cache=lm.initial_cache(IDS, ids_mask, LENGTH),
                            prompt_mask=ids_mask, seed=SEED),
     }
     tokenized = tf.function(lambda t: tokenizer.tokenize(t).to_tensor())(tf.constant(TEXTS)).numpy()
     text_mask = tokenized != 0
-    expected["text"] = generate(lm.next, tokenized, LENGTH, "greedy", cache=lm.prepare(tokenized, text_mask)["cache"],
+    expected["text"] = generate(lm.next, tokenized, LENGTH, "greedy", cache=lm.initial_cache(tokenized, text_mask),
                                 prompt_mask=text_mask, stop_token_ids=[END])
     expected["prompt_lengths"] = text_mask.sum(1)
-    return paths, expected
+    expected["num_weights"] = len(lm.weights)
+    return paths, expected, modules
 
 
 def test_generate_signature_round_trips_without_attnlayers(exported):
-    paths, expected = exported
+    paths, expected, _ = exported
     script = SCRIPT.format(ids=IDS.tolist(), seed=SEED, texts=TEXTS)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
     run = subprocess.run(
@@ -130,7 +120,7 @@ def test_generate_signature_round_trips_without_attnlayers(exported):
     np.testing.assert_array_equal(ids["lengths"], np.asarray(beam.lengths))
     assert np.asarray(ids["token_ids"]).shape == (2, 2, LENGTH)
 
-    # Sampling: the seed is an input; same seed, same tokens as in process.
+    # Sampling: the seed is an input; same seed, same tokens as in process (XLA there, eager here).
     np.testing.assert_array_equal(loaded["sample"], np.asarray(expected["sample"].tokens))
 
     # Strings in, strings out.
@@ -151,3 +141,36 @@ def test_bad_arguments():
         export_generate("/tmp/unused", lambda t, c, i: (t, c), 4, tokenizer=object())
     with pytest.raises(ValueError, match="track"):
         export_generate("/tmp/unused", lambda t, c, i: (t, c), 4, track=[object()])
+
+
+def test_keyword_arguments(exported):
+    """The returned module and the loaded SavedModel take their inputs by keyword (and positionally)."""
+    paths, expected, modules = exported
+    ids, mask, seed = tf.constant(IDS), tf.constant(IDS != 0), tf.constant(SEED)
+    loaded = {name: tf.saved_model.load(path) for name, path in paths.items()}  # kept alive while called
+    for source, get in (("module", modules), ("loaded", loaded)):
+        beam = get["ids"].generate(token_ids=ids, padding_mask=mask)
+        np.testing.assert_array_equal(beam["token_ids"], np.asarray(expected["ids"].tokens), err_msg=source)
+        positional = get["ids"].generate(ids, mask)
+        np.testing.assert_array_equal(positional["token_ids"], beam["token_ids"], err_msg=source)
+        sample = get["sample"].generate(token_ids=ids, padding_mask=mask, seed=seed)
+        np.testing.assert_array_equal(sample["token_ids"], np.asarray(expected["sample"].tokens), err_msg=source)
+        text = get["text"].generate(text=tf.constant(TEXTS))
+        np.testing.assert_array_equal(text["token_ids"], np.asarray(expected["text"].tokens), err_msg=source)
+
+
+def test_sampling_export_has_no_random_state(exported):
+    """The seed is an input: the SavedModel holds the model's weights and nothing else (no RNG variable)."""
+    paths, expected, modules = exported
+    saved = [name for name, _ in tf.train.list_variables(os.path.join(paths["sample"], "variables", "variables"))
+             if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")]
+    assert len(saved) == expected["num_weights"] and not [name for name in saved if "seed" in name.lower()]
+    loaded = tf.saved_model.load(paths["sample"])
+    captured = loaded.signatures["generate"].variables  # what the signature reads
+    assert len(captured) == expected["num_weights"] and {v.dtype for v in captured} == {tf.float32}
+    # Different seeds give different tokens; the same seed, the same tokens, call after call.
+    ids, mask = tf.constant(IDS), tf.constant(IDS != 0)
+    runs = [loaded.generate(token_ids=ids, padding_mask=mask, seed=tf.constant(s))["token_ids"].numpy()
+            for s in (SEED, SEED, SEED + 1)]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])

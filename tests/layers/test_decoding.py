@@ -1,8 +1,11 @@
-"""Decoding: greedy, beam search (t best of k, GNMT length normalisation), sampling (temperature, top-k, top-p),
-stop tokens, cached vs full recomputation on a Transformer stack and on an RNN-style nested cache, compiled
-loops (tf.function(jit_compile=True) / jax.jit), bad input. Runs under the TensorFlow and JAX backends."""
+"""Decoding: greedy, beam search (t best of k, GNMT length normalisation), sampling (temperature, top-k, top-p:
+the noise against NumPy, the empirical distribution, same seed same tokens across calls, compilation and
+backends), stop tokens, cached vs full recomputation on the GPT application's model and on an RNN-style nested
+cache, compiled loops (tf.function(jit_compile=True) / jax.jit), keras-hub samplers and models, no keras_hub
+needed, bad input. Runs under the TensorFlow and JAX backends."""
 
 import itertools
+import sys
 
 import keras
 import keras_hub
@@ -11,9 +14,8 @@ import pytest
 from keras import ops
 
 from attnlayers import decoding
+from attnlayers.applications.gpt import GPT, GPTConfig
 from attnlayers.decoding import BeamSearch, GreedySearch, Sampling, generate, length_penalty
-from attnlayers.embedding import TokenAndPositionEmbedding
-from attnlayers.transformer import TransformerDecoder
 
 BACKEND = keras.backend.backend()
 
@@ -97,40 +99,16 @@ def test_length_normalisation():
     np.testing.assert_allclose(float(length_penalty(7, 0.6)), (12 / 6) ** 0.6, rtol=1e-6)
 
 
-# ---- A tiny decoder-only Transformer (random weights) ----------------------------------------------------------
+# ---- A tiny GPT (random weights) -------------------------------------------------------------------------------
 
-VOCAB, LENGTH, DIM, LAYERS, HEADS = 23, 10, 16, 2, 2
+VOCAB, LENGTH = 23, 10
+CONFIG = GPTConfig(vocabulary_size=VOCAB, max_sequence_length=LENGTH, num_layers=2, num_heads=2, hidden_dim=16,
+                   intermediate_dim=32)
 
 
-class TinyLM:
-    """TokenAndPositionEmbedding + pre-LN TransformerDecoder + tied logits, with cached and uncached steps."""
-
-    def __init__(self):
-        self.embed = TokenAndPositionEmbedding(VOCAB, LENGTH, DIM)
-        self.decoder = TransformerDecoder(LAYERS, HEADS, 32, normalize_first=True, activation="gelu")
-        self.full_logits(np.zeros((1, LENGTH), "int32"))  # build
-
-    def full_logits(self, tokens):
-        return self.embed(self.decoder(self.embed(tokens)), reverse=True)
-
-    def next_recompute(self, tokens, cache, index):
-        """No cache: the whole prefix again at every step (causal, so later positions do not matter)."""
-        return ops.take(self.full_logits(tokens), index - 1, axis=1), cache
-
-    def next(self, tokens, cache, index):
-        token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1)
-        out = self.decoder(
-            self.embed(token, start_index=index - 1),
-            self_attention_cache=cache, self_attention_cache_update_index=index - 1,
-        )
-        return self.embed(out["sequence_output"], reverse=True)[:, 0], out["self_attention_cache"]
-
-    def prefill(self, prompt):
-        """The cache of the prompt's keys and values, one forward pass."""
-        batch = prompt.shape[0]
-        cache = ops.zeros((batch, LAYERS, 2, LENGTH, HEADS, DIM // HEADS))
-        out = self.decoder(self.embed(prompt), self_attention_cache=cache, self_attention_cache_update_index=0)
-        return out["self_attention_cache"]
+def next_recompute(model):
+    """A step without cache: the whole prefix again at every step (causal, so later positions do not matter)."""
+    return lambda tokens, cache, index: (ops.take(model(tokens), index - 1, axis=1), cache)
 
 
 PROMPT = np.array([[5, 9, 3, 0], [7, 0, 0, 0], [11, 4, 8, 2]], "int32")
@@ -139,20 +117,19 @@ PROMPT_MASK = PROMPT != 0
 
 @pytest.fixture(scope="module")
 def lm():
+    """(model, stop): a tiny GPT and a stop token that greedy decoding emits after a few tokens."""
     keras.utils.set_random_seed(7)
-    model = TinyLM()
-    # A stop token: one that greedy decoding emits after a few tokens (with the TensorFlow backend's weights,
-    # rows 0 and 1 stop at position 5 and row 2 runs to the end).
-    greedy = generate(model.next_recompute, PROMPT, LENGTH, "greedy", prompt_mask=PROMPT_MASK)
-    model.stop = int(_np(greedy.tokens)[0, 5])
-    return model
+    model = GPT(CONFIG)
+    greedy = generate(next_recompute(model), PROMPT, LENGTH, "greedy", prompt_mask=PROMPT_MASK)
+    return model, int(_np(greedy.tokens)[0, 5])
 
 
 @pytest.mark.parametrize("strategy", ["greedy", BeamSearch(3, 2, alpha=0.7)], ids=str)
 def test_cached_generation_equals_full_recomputation(lm, strategy):
-    kwargs = dict(prompt_mask=PROMPT_MASK, stop_token_ids=[lm.stop])
-    reference = generate(lm.next_recompute, PROMPT, LENGTH, strategy, **kwargs)
-    cached = generate(lm.next, PROMPT, LENGTH, strategy, cache=lm.prefill(PROMPT), **kwargs)
+    model, stop = lm
+    kwargs = dict(prompt_mask=PROMPT_MASK, stop_token_ids=[stop])
+    reference = generate(next_recompute(model), PROMPT, LENGTH, strategy, **kwargs)
+    cached = generate(model.next, PROMPT, LENGTH, strategy, cache=model.initial_cache(PROMPT), **kwargs)
     np.testing.assert_array_equal(_np(cached.tokens), _np(reference.tokens))
     np.testing.assert_array_equal(_np(cached.lengths), _np(reference.lengths))
     np.testing.assert_allclose(_np(cached.scores), _np(reference.scores), atol=1e-4)
@@ -164,15 +141,16 @@ def test_cached_generation_equals_full_recomputation(lm, strategy):
 
 
 def test_beam_search_with_one_beam_is_greedy(lm):
-    kwargs = dict(prompt_mask=PROMPT_MASK, stop_token_ids=[lm.stop])
-    greedy = generate(lm.next, PROMPT, LENGTH, GreedySearch(), cache=lm.prefill(PROMPT), **kwargs)
-    beam = generate(lm.next, PROMPT, LENGTH, BeamSearch(1, 1), cache=lm.prefill(PROMPT), **kwargs)
+    model, stop = lm
+    kwargs = dict(prompt_mask=PROMPT_MASK, stop_token_ids=[stop])
+    greedy = generate(model.next, PROMPT, LENGTH, GreedySearch(), cache=model.initial_cache(PROMPT), **kwargs)
+    beam = generate(model.next, PROMPT, LENGTH, BeamSearch(1, 1), cache=model.initial_cache(PROMPT), **kwargs)
     assert _np(greedy.lengths).min() < LENGTH  # the stop token matters in this comparison
     np.testing.assert_array_equal(_np(beam.tokens)[:, 0], _np(greedy.tokens))
     np.testing.assert_array_equal(_np(beam.lengths)[:, 0], _np(greedy.lengths))
     np.testing.assert_allclose(_np(beam.scores)[:, 0], _np(greedy.scores), atol=1e-5)
     # The score is the log-probability of the generated tokens under the model.
-    log_p = _np(ops.log_softmax(lm.full_logits(greedy.tokens), axis=-1))
+    log_p = _np(ops.log_softmax(model(greedy.tokens), axis=-1))
     tokens, lengths = _np(greedy.tokens), _np(greedy.lengths)
     for row in range(len(tokens)):
         start = PROMPT_MASK[row].sum()
@@ -181,10 +159,11 @@ def test_beam_search_with_one_beam_is_greedy(lm):
 
 
 def test_compiled_generation(lm):
-    cache = lm.prefill(PROMPT)
+    model, _ = lm
+    cache = model.initial_cache(PROMPT)
 
     def run(prompt, cache):
-        result = generate(lm.next, prompt, LENGTH, BeamSearch(2, 2), cache=cache, stop_token_ids=[3])
+        result = generate(model.next, prompt, LENGTH, BeamSearch(2, 2), cache=cache, stop_token_ids=[3])
         return result.tokens, result.scores
 
     eager = run(PROMPT, cache)
@@ -194,7 +173,7 @@ def test_compiled_generation(lm):
 
         compiled = tf.function(run, jit_compile=True)
         first = compiled(PROMPT, cache)
-        compiled(other, lm.prefill(other))
+        compiled(other, model.initial_cache(other))
         assert compiled.experimental_get_tracing_count() == 1  # no retracing for new values
     else:
         import jax
@@ -293,22 +272,138 @@ def test_top_p_stays_in_the_nucleus():
 def test_same_seed_same_text():
     strategy = Sampling(top_k=10, seed=5)
     a, _ = _sample(strategy)
-    b, _ = _sample(strategy)  # the seed does not advance between calls
+    b, _ = _sample(strategy)  # nothing advances between calls
+    fresh, _ = _sample(Sampling(top_k=10, seed=5))  # a new object with the same seed
     c, _ = _sample(Sampling(top_k=10, seed=6))
     d, _ = _sample(strategy, seed=ops.convert_to_tensor(np.array([6, 0]), "int32"))  # per-call override
+    e, _ = _sample(strategy, seed=6)
     np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, fresh)
     assert not np.array_equal(a, c)
     np.testing.assert_array_equal(c, d)
+    np.testing.assert_array_equal(c, e)
     assert not np.array_equal(a[0], a[1])  # rows draw independently
+    assert not np.array_equal(a[:, :-1], a[:, 1:])  # steps draw independently
+    first_rows, _ = _sample(strategy, batch=2)
+    np.testing.assert_array_equal(first_rows, a[:2])  # a row's tokens do not depend on the batch size
 
 
-def test_keras_hub_samplers_plug_in():
+def _pcg4d_uniform(seed, index, rows, columns):
+    """NumPy, from the equations: pcg4d of (seed0, seed1, index, row * K + column), top 23 bits -> (b + 1/2) / 2^23."""
+    with np.errstate(over="ignore"):
+        cell = np.arange(rows * columns, dtype=np.uint32).reshape(rows, columns)
+        v = [np.uint32(seed[0]) + 0 * cell, np.uint32(seed[1]) + 0 * cell, np.uint32(index) + 0 * cell, cell]
+        v = [x * np.uint32(1664525) + np.uint32(1013904223) for x in v]
+
+        def mix(x, y, z, w):
+            x = x + y * w
+            y = y + z * x
+            z = z + x * y
+            return x, y, z, w + y * z
+
+        v = mix(*v)
+        v = [x ^ (x >> np.uint32(16)) for x in v]
+        word = mix(*v)[0]
+    return ((word >> np.uint32(9)).astype(np.float64) + 0.5) / 2**23
+
+
+def test_uniform_noise_matches_numpy():
+    seed = np.array([123456789, 4000000000], "uint32")
+    noise = _np(decoding.uniform_noise(ops.convert_to_tensor(seed), ops.convert_to_tensor(17, "int32"), 64, 50))
+    assert noise.dtype == np.float32 and noise.shape == (64, 50)
+    np.testing.assert_array_equal(noise, _pcg4d_uniform(seed, 17, 64, 50))
+    assert 0 < noise.min() and noise.max() < 1
+    assert abs(noise.mean() - 0.5) < 0.02 and abs(noise.var() - 1 / 12) < 0.005
+    assert len(np.unique(noise)) > 0.99 * noise.size
+
+
+def test_sampling_is_the_same_on_every_backend():
+    """Tokens written down once: TensorFlow and JAX (eager or compiled) draw exactly these."""
+    expected = {
+        "random": [[12, 12, 2, 6, 10, 2, 4, 10, 10, 8, 15, 1], [10, 2, 1, 8, 10, 17, 1, 2, 15, 10, 1, 29]],
+        "top_k": [[2, 10, 2, 16, 1, 10, 8, 2, 16, 1, 8, 1], [10, 10, 1, 1, 8, 8, 10, 10, 10, 16, 1, 2]],
+        "top_p": [[2, 19, 2, 12, 1, 10, 8, 2, 16, 15, 8, 10], [16, 2, 1, 15, 8, 6, 1, 2, 2, 10, 16, 10]],
+    }
+    strategies = {"random": Sampling(seed=2024), "top_k": Sampling(top_k=5, temperature=1.5, seed=2024),
+                  "top_p": Sampling(top_p=0.9, seed=2024)}
+    for name, strategy in strategies.items():
+        result = generate(fixed_next, np.zeros((2, 1), "int32"), 13, strategy)
+        np.testing.assert_array_equal(_np(result.tokens)[:, 1:], expected[name], err_msg=name)
+
+
+@pytest.mark.parametrize("top_k, temperature", [(None, 1.0), (4, 2.0)])
+def test_sampling_follows_the_distribution(top_k, temperature):
+    """Empirical frequencies of 24 x 200 draws against softmax(logits / T) (restricted to the top k)."""
+    logits = _fixed_logits().astype("float64") / temperature
+    if top_k:
+        logits[np.argsort(-logits)[top_k:]] = -np.inf
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    tokens, _ = _sample(Sampling(top_k=top_k, temperature=temperature, seed=3), batch=200)
+    frequencies = np.bincount(tokens.ravel(), minlength=SAMPLE_V) / tokens.size
+    assert 0.5 * np.abs(frequencies - probs).sum() < 0.04  # total variation distance
+
+
+def test_same_seed_same_text_compiled():
+    """The seed as an input of a compiled function: one trace, the eager tokens, different tokens per seed."""
+    strategy = Sampling(top_p=0.8, temperature=1.5)
+    prompt = np.zeros((3, 1), "int32")
+
+    def run(seed):
+        return generate(fixed_next, prompt, SAMPLE_STEPS + 1, strategy, seed=seed).tokens
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        compiled = tf.function(run, jit_compile=True)
+    else:
+        import jax
+
+        compiled = jax.jit(run)
+    seven, eight = ops.convert_to_tensor(7, "int32"), ops.convert_to_tensor(8, "int32")
+    first, again, other = _np(compiled(seven)), _np(compiled(seven)), _np(compiled(eight))
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, _np(run(7)))
+    assert not np.array_equal(first, other)
+    if BACKEND == "tensorflow":
+        assert compiled.experimental_get_tracing_count() == 1
+
+
+def test_no_keras_hub_needed(monkeypatch):
+    """Greedy, sampling and beam search run with keras_hub unimportable (no keras-hub sampler anywhere)."""
+    monkeypatch.setitem(sys.modules, "keras_hub", None)
+    greedy, _ = _sample("greedy")
+    assert np.all(greedy == np.argmax(_fixed_logits()))
+    sampled, _ = _sample(Sampling(top_k=3, seed=1))
+    assert set(sampled.ravel()) <= set(np.argsort(-_fixed_logits())[:3])
+    beam = generate(toy_next, TOY_PROMPT, L_TOY, BeamSearch(2, 1), stop_token_ids=[EOS])
+    np.testing.assert_array_equal(_np(beam.tokens)[:, 0], [[START, B, EOS, PAD]] * 2)
+    with pytest.raises(ValueError, match="strategy"):
+        decoding.get_strategy(object())
+
+
+def test_keras_hub_samplers_are_translated():
+    strategy = decoding.get_strategy(keras_hub.samplers.GreedySampler())
+    assert isinstance(strategy, GreedySearch)
     a, _ = _sample(keras_hub.samplers.GreedySampler())
     assert np.all(a == np.argmax(_fixed_logits()))
+    top_k = decoding.get_strategy(keras_hub.samplers.TopKSampler(k=3, seed=4, temperature=2.0))
+    assert (top_k.top_k, top_k.top_p, top_k.temperature, top_k.seed) == (3, None, 2.0, 4)
     b, _ = _sample(keras_hub.samplers.TopKSampler(k=3, seed=4))
     assert set(b.ravel()) <= set(np.argsort(-_fixed_logits())[:3])
-    with pytest.raises(ValueError, match="BeamSearch"):
+    np.testing.assert_array_equal(b, _sample(Sampling(top_k=3, seed=4))[0])  # the same draws as ours
+    top_p = decoding.get_strategy(keras_hub.samplers.TopPSampler(p=0.5, k=7))
+    assert (top_p.top_k, top_p.top_p) == (7, 0.5)
+    assert decoding.get_strategy(keras_hub.samplers.RandomSampler(seed=3)).seed == 3
+    with pytest.raises(ValueError, match="BeamSampler.*BeamSearch"):
         _sample(keras_hub.samplers.BeamSampler(num_beams=2))
+
+    class Custom(keras_hub.samplers.GreedySampler):
+        def get_next_token(self, probabilities):
+            return ops.argmin(probabilities, axis=-1)
+
+    with pytest.raises(ValueError, match="Custom is not supported"):
+        decoding.get_strategy(Custom())
 
 
 def test_keras_hub_causal_lm_plugs_in():

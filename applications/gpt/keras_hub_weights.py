@@ -1,0 +1,81 @@
+"""Weights from keras-hub: a ``keras_hub.models.GPT2Backbone`` has the architecture of :class:`GPT`, so copying
+its weights gives the same function (the same logits, up to float rounding).
+
+    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=..., num_layers=..., ...)
+    model = from_keras_hub(backbone)                # a GPT with the backbone's sizes and weights
+    copy_keras_hub_weights(backbone, model)         # or into a GPT built beforehand
+
+keras_hub is imported by the caller, not here: this module only reads the backbone's attributes and weights.
+"""
+
+from .model import GPT, GPTConfig
+
+# keras-hub's paths -> ours, relative to the backbone and to our embedding / decoder layers.
+_RENAMES = (
+    ("transformer_layer_", "transformerdecoderblock_"),
+    ("feedforward_intermediate_dense", "feedforward/intermediate_dense"),
+    ("feedforward_output_dense", "feedforward/output_dense"),
+)
+
+
+def from_keras_hub(backbone, **config):
+    """A :class:`GPT` with the sizes and the weights of a keras-hub ``GPT2Backbone``.
+
+    Args:
+        backbone: a ``keras_hub.models.GPT2Backbone``.
+        **config: other :class:`GPTConfig` fields (``end_token_id``, ``pad_token_id``, ``dropout``...).
+
+    Returns:
+        The :class:`GPT`.
+    """
+    sizes = dict(
+        vocabulary_size=backbone.vocabulary_size, max_sequence_length=backbone.max_sequence_length,
+        num_layers=backbone.num_layers, num_heads=backbone.num_heads, hidden_dim=backbone.hidden_dim,
+        intermediate_dim=backbone.intermediate_dim, dropout=backbone.dropout,
+    )
+    return copy_keras_hub_weights(backbone, GPT(GPTConfig(**{**sizes, **config})))
+
+
+def _relative(weight, layer_name):
+    """The path of ``weight`` below the layer named ``layer_name`` (e.g. "token_embedding/embeddings")."""
+    parts = weight.path.split("/")
+    return "/".join(parts[parts.index(layer_name) + 1:]) if layer_name in parts else weight.path
+
+
+def copy_keras_hub_weights(backbone, model):
+    """Copies every weight of a keras-hub ``GPT2Backbone`` into a :class:`GPT` of the same sizes.
+
+    Args:
+        backbone: a ``keras_hub.models.GPT2Backbone``.
+        model: a :class:`GPT` with the same vocabulary, sequence length, layers, heads and sizes.
+
+    Returns:
+        ``model``, whose logits are then ``backbone(...)["sequence_output"] E^T``: keras-hub's
+        ``GPT2CausalLM`` logits.
+
+    Raises:
+        ValueError: naming the weights that are missing on either side or whose shapes differ.
+    """
+    targets = {_relative(w, model.embedding.name): w for w in model.embedding.weights}
+    targets.update({_relative(w, model.decoder.name): w for w in model.decoder.weights})
+    missing, mismatched = [], []
+    for w in backbone.weights:
+        path = w.path
+        for old, new in _RENAMES:
+            path = path.replace(old, new)
+        if path.startswith("layer_norm/"):  # the final LayerNorm
+            path = "final_layer_norm/" + path.split("/", 1)[1]
+        target = targets.pop(path, None)
+        if target is None:
+            missing.append(w.path)
+        elif tuple(target.shape) != tuple(w.shape):
+            mismatched.append(f"{w.path} {tuple(w.shape)} -> {target.path} {tuple(target.shape)}")
+        else:
+            target.assign(w.value)
+    if missing or mismatched or targets:
+        raise ValueError(
+            "`backbone` and `model` must have the same architecture and sizes; "
+            f"keras-hub weights without a counterpart: {missing}; shapes that differ: {mismatched}; "
+            f"weights of `model` not copied: {sorted(t.path for t in targets.values())}."
+        )
+    return model

@@ -1,0 +1,163 @@
+"""The GPT application's model: cached steps equal the full forward pass, greedy generation equals the argmax of
+teacher-forced logits, keras-hub's GPT-2 weights give keras-hub's outputs, configs and .keras files round-trip,
+bad input is refused by name. Runs under the TensorFlow and JAX backends."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from keras import ops
+
+from attnlayers.applications.gpt import GPT, GPTConfig, copy_keras_hub_weights, from_keras_hub
+from attnlayers.decoding import BeamSearch, Sampling
+
+CONFIG = GPTConfig(vocabulary_size=29, max_sequence_length=12, num_layers=2, num_heads=2, hidden_dim=16,
+                   intermediate_dim=32)
+PROMPT = np.array([[5, 9, 3, 7], [7, 4, 0, 0], [11, 0, 0, 0]], "int32")
+PROMPT_MASK = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], bool)
+
+
+def _np(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(11)
+    return GPT(CONFIG)
+
+
+def test_shapes_and_special_tokens(model):
+    logits = model(PROMPT, padding_mask=PROMPT_MASK)
+    assert tuple(logits.shape) == (3, 4, 29)
+    assert (model.end_token_id, model.pad_token_id) == (28, 28)  # GPT-2's convention: <|endoftext|> = V - 1
+    custom = GPT(GPTConfig(vocabulary_size=10, end_token_id=3, pad_token_id=0))
+    assert (custom.end_token_id, custom.pad_token_id) == (3, 0)
+    # Tied output projection: the token embedding is the only (V, d) matrix.
+    assert sum(tuple(w.shape) == (29, 16) for w in model.weights) == 1
+
+
+def test_cached_next_equals_full_recomputation(model):
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 29, size=(3, 12)).astype("int32")
+    tokens[:, :4] = np.where(PROMPT_MASK, PROMPT, tokens[:, :4])
+    full = _np(model(tokens))  # (B, L, V): position i scores token i + 1
+    cache = model.initial_cache(PROMPT, PROMPT_MASK, max_length=12)
+    assert tuple(cache.shape) == (3, 2, 2, 12, 2, 8)
+    # Steps from the shortest prompt on: the first rewrites the prompt's entries, as generate() does.
+    for index in range(1, 12):
+        logits, cache = model.next(tokens, cache, ops.convert_to_tensor(index, "int32"))
+        np.testing.assert_allclose(_np(logits), full[:, index - 1], atol=1e-5, err_msg=f"index {index}")
+
+
+def test_greedy_generate_is_the_argmax_of_teacher_forced_logits(model):
+    result = model.generate(PROMPT, max_length=12, padding_mask=PROMPT_MASK, stop_token_ids=None)
+    tokens = _np(result.tokens)
+    assert tokens.shape == (3, 12)
+    np.testing.assert_array_equal(tokens[:, :4][PROMPT_MASK], PROMPT[PROMPT_MASK])
+    predicted = _np(ops.argmax(model(tokens), axis=-1))
+    for row, start in enumerate(PROMPT_MASK.sum(1)):
+        np.testing.assert_array_equal(tokens[row, start:], predicted[row, start - 1:-1])
+    np.testing.assert_array_equal(_np(result.lengths), [12, 12, 12])
+
+
+def test_generate_stops_at_the_end_token():
+    keras.utils.set_random_seed(2)
+    free = GPT(CONFIG).generate(PROMPT, max_length=12, padding_mask=PROMPT_MASK, stop_token_ids=None)
+    end = int(_np(free.tokens)[0, 6])  # a token that greedy decoding emits in row 0
+    keras.utils.set_random_seed(2)
+    model = GPT(GPTConfig(**{**vars(CONFIG), "end_token_id": end, "pad_token_id": 0}))
+    result = model.generate(PROMPT, max_length=12, padding_mask=PROMPT_MASK)  # stop_token_ids="auto"
+    tokens, lengths = _np(result.tokens), _np(result.lengths)
+    assert lengths[0] <= 7 and tokens[0, lengths[0] - 1] == end
+    assert np.all(tokens[0, lengths[0]:] == 0)  # then pad_token_id
+
+
+def test_generate_with_other_strategies(model):
+    beam = model.generate(PROMPT, max_length=10, strategy=BeamSearch(3, 2), padding_mask=PROMPT_MASK)
+    assert tuple(beam.tokens.shape) == (3, 2, 10)
+    first = _np(model.generate(PROMPT, 10, Sampling(top_k=5), seed=4, padding_mask=PROMPT_MASK).tokens)
+    again = _np(model.generate(PROMPT, 10, Sampling(top_k=5), seed=4, padding_mask=PROMPT_MASK).tokens)
+    other = _np(model.generate(PROMPT, 10, Sampling(top_k=5), seed=5, padding_mask=PROMPT_MASK).tokens)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_mixed_precision():
+    keras.utils.set_random_seed(11)
+    model = GPT(CONFIG, dtype="mixed_bfloat16")
+    logits = model(PROMPT, padding_mask=PROMPT_MASK)
+    assert keras.backend.standardize_dtype(logits.dtype) == "bfloat16"
+    assert np.all(np.isfinite(_np(ops.cast(logits, "float32"))))
+    result = model.generate(PROMPT, max_length=8, padding_mask=PROMPT_MASK, stop_token_ids=None)
+    tokens = _np(result.tokens)
+    assert tokens.shape == (3, 8) and tokens.min() >= 0 and tokens.max() < 29
+    assert np.all(np.isfinite(_np(result.scores)))
+
+
+def test_keras_hub_weights_give_keras_hub_outputs():
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=29, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=12,
+    )
+    ours = from_keras_hub(backbone)
+    ids = np.array([[5, 9, 3, 7, 1, 2, 8, 4], [7, 4, 6, 0, 0, 0, 0, 0]], "int32")
+    mask = ids != 0
+    hidden = backbone({"token_ids": ids, "padding_mask": mask})
+    expected = _np(ops.matmul(hidden, ops.transpose(backbone.token_embedding.embeddings)))  # GPT2CausalLM's logits
+    np.testing.assert_allclose(_np(ours(ids, padding_mask=mask))[mask], expected[mask], atol=1e-4)
+    # keras-hub's own greedy generation gives our tokens.
+    hub = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    hub.compile(sampler="greedy")
+    buffer = np.zeros((2, 12), "int32")
+    buffer[:, :8] = ids
+    hub_tokens = _np(hub.generate({"token_ids": buffer, "padding_mask": buffer != 0}, stop_token_ids=None)["token_ids"])
+    result = ours.generate(ids, max_length=12, padding_mask=mask, stop_token_ids=None)
+    np.testing.assert_array_equal(_np(result.tokens), hub_tokens)
+    # Different sizes are refused by name.
+    with pytest.raises(ValueError, match="same architecture.*shapes that differ"):
+        copy_keras_hub_weights(backbone, GPT(GPTConfig(vocabulary_size=30, max_sequence_length=12, num_layers=2,
+                                                       num_heads=2, hidden_dim=16, intermediate_dim=32)))
+
+
+def test_config_round_trip(model, tmp_path):
+    config = model.get_config()
+    clone = GPT.from_config(config)
+    assert clone.get_config() == config
+    assert clone.config == model.config and isinstance(clone.config, GPTConfig)
+    path = str(tmp_path / "gpt.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(_np(loaded(PROMPT)), _np(model(PROMPT)), atol=1e-6)
+    assert loaded.end_token_id == model.end_token_id
+
+
+def test_trains():
+    keras.utils.set_random_seed(0)
+    lm = GPT(CONFIG)
+    lm.compile(optimizer=keras.optimizers.Adam(1e-2),
+               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    sequence = np.tile(np.arange(1, 12, dtype="int32"), (8, 1))  # count upwards
+    history = lm.fit(sequence[:, :-1], sequence[:, 1:], epochs=15, batch_size=8, verbose=0)
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda m: GPTConfig(hidden_dim=30, num_heads=4), r"hidden_dim.*num_heads.*hidden_dim=30"),
+        (lambda m: GPTConfig(num_layers=0), r"num_layers.*num_layers=0"),
+        (lambda m: GPTConfig(dropout=1.5), r"dropout.*dropout=1.5"),
+        (lambda m: GPTConfig(vocabulary_size=10, end_token_id=10), r"end_token_id.*vocabulary_size=10"),
+        (lambda m: GPT(config="gpt2"), r"config.*'gpt2'"),
+        (lambda m: m(np.zeros((2, 3, 4), "int32")), r"token_ids.*\(batch, length\).*\(2, 3, 4\)"),
+        (lambda m: m.generate(np.zeros((2, 3), "float32")), r"token_ids.*integer.*float32"),
+        (lambda m: m(np.zeros((1, 13), "int32")), r"token_ids.*max_sequence_length=12.*\(1, 13\)"),
+        (lambda m: m(PROMPT, padding_mask=PROMPT_MASK[:, :3]), r"padding_mask.*\(3, 4\).*\(3, 3\)"),
+        (lambda m: m.generate(PROMPT, max_length=13), r"max_length.*max_sequence_length=12.*max_length=13"),
+        (lambda m: m.generate(PROMPT, max_length=3), r"max_length.*prompt length 4.*max_length=3"),
+        (lambda m: m.initial_cache(PROMPT, max_length=0), r"max_length.*max_length=0"),
+    ],
+)
+def test_bad_input(model, make, match):
+    with pytest.raises(ValueError, match=match):
+        make(model)
