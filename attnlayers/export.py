@@ -79,10 +79,13 @@ def export_generate(
     input_length=None,
     jit_compile=True,
 ):
-    """Writes a SavedModel whose ``generate`` signature runs the decoding loop.
+    """Writes a SavedModel whose ``generate`` signature runs the decoding loop (or, with ``path=None``, builds
+    the module without saving it).
 
     Args:
-        path: the SavedModel directory.
+        path: the SavedModel directory; or None: build the ``tf.Module`` (its ``generate`` ``tf.function``
+            traced for its input signature) and save nothing, so that the caller can attach the module to its
+            own, or add functions to it, and save once (see the second example).
         next: the step function of :func:`attnlayers.decoding.generate`, ``next(tokens, cache, index) ->
             (logits, cache)``.
         max_length: L, the output length (prompt included), a Python int.
@@ -106,7 +109,8 @@ def export_generate(
         jit_compile: compile the decoding loop with XLA.
 
     Returns:
-        The ``tf.Module`` that was saved (its ``generate`` method runs in this process too).
+        The ``tf.Module`` that was saved (or only built, when ``path`` is None); its ``generate`` method runs in
+        this process too. The signature to save it with is ``{"generate": module.generate.get_concrete_function()}``.
 
     Signature ``generate`` (``loaded.signatures["generate"](**inputs)``, or ``loaded.generate(...)`` with the
     inputs by keyword or in this order):
@@ -126,6 +130,15 @@ def export_generate(
     >>> out = loaded.generate(token_ids=ids, padding_mask=ids != 0)   # or loaded.signatures["generate"](...)
     >>> out["token_ids"].shape, out["scores"].shape
     (TensorShape([B, 2, 64]), TensorShape([B, 2]))
+
+    Building without saving, then adding a function and saving once:
+    >>> module = export_generate(None, lm_next, 64, track=lm, prepare=prepare, stop_token_ids=[eos])
+    >>> module.first_token = tf.function(lambda ids, mask: module.generate(ids, mask)["token_ids"][:, :1],
+    ...                                  input_signature=[tf.TensorSpec((None, None), tf.int32),
+    ...                                                   tf.TensorSpec((None, None), tf.bool)])
+    >>> tf.saved_model.save(module, "/tmp/gpt", signatures={
+    ...     "generate": module.generate.get_concrete_function(),
+    ...     "first_token": module.first_token.get_concrete_function()})
     """
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
@@ -223,5 +236,7 @@ def export_generate(
     function = tf.function(serve, input_signature=signature, autograph=False)
 
     module.generate = function
-    tf.saved_model.save(module, path, signatures={"generate": function.get_concrete_function()})
+    concrete = function.get_concrete_function()  # traced here: errors surface now, and the save reuses it
+    if path is not None:
+        tf.saved_model.save(module, str(path), signatures={"generate": concrete})
     return module

@@ -2,7 +2,8 @@
 that imports only tensorflow (and tensorflow_text for the tokenizer case), never attnlayers, keras or keras_hub,
 and gives the in-process results: token ids in / token ids and scores out with cached beam search, strings in /
 strings out with a keras-hub WordPiece tokenizer, a seed input for sampling (no random state saved); the module
-and the loaded SavedModel take keyword arguments. The model is the GPT application's."""
+and the loaded SavedModel take keyword arguments; path=None builds the module without saving it, for the caller to
+extend and save once. The model is the GPT application's."""
 
 import json
 import os
@@ -174,3 +175,43 @@ def test_sampling_export_has_no_random_state(exported):
             for s in (SEED, SEED, SEED + 1)]
     np.testing.assert_array_equal(runs[0], runs[1])
     assert not np.array_equal(runs[0], runs[2])
+
+
+def test_path_none_builds_the_module_without_saving(tmp_path, monkeypatch):
+    """path=None: the module is built (its generate runs in process) and nothing is saved; the caller adds a
+    function of its own and saves the module once, with both signatures, and the SavedModel serves them."""
+    keras.utils.set_random_seed(3)
+    lm = tiny_gpt()
+    saves = []
+    real_save = tf.saved_model.save
+    monkeypatch.setattr(tf.saved_model, "save", lambda *args, **kwargs: saves.append(args))
+    monkeypatch.chdir(tmp_path)
+    module = export_generate(None, lm.next, LENGTH, "greedy", track=lm, prepare=prepare(lm), stop_token_ids=[END])
+    assert saves == [] and os.listdir(tmp_path) == []
+    monkeypatch.setattr(tf.saved_model, "save", real_save)
+
+    ids, mask = tf.constant(IDS), tf.constant(IDS != 0)
+    expected = generate(lm.next, IDS, LENGTH, "greedy", cache=lm.initial_cache(IDS, IDS != 0, LENGTH),
+                        prompt_mask=IDS != 0, stop_token_ids=[END])
+    out = module.generate(token_ids=ids, padding_mask=mask)
+    np.testing.assert_array_equal(out["token_ids"], np.asarray(expected.tokens))
+    np.testing.assert_array_equal(out["lengths"], np.asarray(expected.lengths))
+
+    # The caller's own function beside generate, then one save.
+    module.first_token = tf.function(
+        lambda token_ids, padding_mask: module.generate(token_ids, padding_mask)["token_ids"][:, :1],
+        input_signature=[tf.TensorSpec((None, None), tf.int32, name="token_ids"),
+                         tf.TensorSpec((None, None), tf.bool, name="padding_mask")],
+    )
+    path = str(tmp_path / "saved")
+    tf.saved_model.save(module, path, signatures={"generate": module.generate.get_concrete_function(),
+                                                  "first_token": module.first_token.get_concrete_function()})
+    loaded = tf.saved_model.load(path)
+    assert set(loaded.signatures) == {"generate", "first_token"}
+    served = loaded.signatures["generate"](token_ids=ids, padding_mask=mask)
+    np.testing.assert_array_equal(served["token_ids"], np.asarray(expected.tokens))
+    np.testing.assert_allclose(served["scores"], np.asarray(expected.scores), atol=1e-4)
+    np.testing.assert_array_equal(loaded.generate(ids, mask)["token_ids"], np.asarray(expected.tokens))
+    np.testing.assert_array_equal(loaded.first_token(ids, mask), IDS[:, :1])
+    served_first = list(loaded.signatures["first_token"](token_ids=ids, padding_mask=mask).values())[0]
+    np.testing.assert_array_equal(served_first, IDS[:, :1])

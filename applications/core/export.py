@@ -11,7 +11,8 @@ from attnlayers.export import export_generate
 
 def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=None, input_length=None,
                      jit_compile=True):
-    """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`).
+    """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`),
+    or with ``path=None`` builds the module without saving it (to attach it to a larger module saved once).
 
     The signature's inputs go through ``model.generation_inputs(token_ids, padding_mask, max_length)`` (a
     seq2seq model: start tokens and the encoder's cache; a decoder-only model: the prompt and its prefilled
@@ -19,7 +20,7 @@ def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=No
     with ``model.pad_token_id``.
 
     Args:
-        path: the SavedModel directory.
+        path: the SavedModel directory, or None to build the module and save nothing.
         model: a :class:`~attnlayers.applications.core.generation.GenerativeModel`.
         max_length: L, the output length (prompt / start token included); checked against the model's limit.
         strategy: "greedy", a ``BeamSearch``, a ``Sampling`` (then the signature takes an int32 ``seed``).
@@ -28,7 +29,7 @@ def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=No
         jit_compile: compile the encoder and the decoding loop with XLA.
 
     Returns:
-        The saved ``tf.Module``; its ``generate`` runs in this process too.
+        The saved (or, with ``path=None``, built) ``tf.Module``; its ``generate`` runs in this process too.
     """
     max_length = model.generation_length(max_length)
 

@@ -105,7 +105,8 @@ class GenerativeModel(keras.Model):
             )
         return int(max_length)
 
-    def generate(self, inputs, max_length=None, strategy="greedy", seed=None, padding_mask=None):
+    def generate(self, inputs, max_length=None, strategy="greedy", seed=None, padding_mask=None, *,
+                 stop_token_ids="auto"):
         """Generates token ids with :func:`attnlayers.decoding.generate`.
 
         Args:
@@ -116,17 +117,26 @@ class GenerativeModel(keras.Model):
                 (:class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`).
             seed: sampling seed for this call (an int or a scalar integer tensor).
             padding_mask: (B, P) bool, True at real tokens of right-padded inputs (decoder-only prompts).
+            stop_token_ids: "auto" (the model's ``stop_token_ids``: ``end_token_id``), None (never stop early:
+                run every row to ``max_length``) or an int / a list of ids.
 
         Returns:
             A :class:`~attnlayers.decoding.DecodeResult`: ``tokens`` (B, L) (beam search: (B, t, L)) that
             start with the prompt / start token and end with ``end_token_id`` then ``pad_token_id``;
             ``scores``, ``log_probs``, ``lengths`` (B,) (beam search: (B, t)).
         """
+        if isinstance(stop_token_ids, str):
+            if stop_token_ids != "auto":
+                raise ValueError(
+                    '`stop_token_ids` must be "auto", None, an int or a list of ints; received '
+                    f"stop_token_ids={stop_token_ids!r}."
+                )
+            stop_token_ids = list(self.stop_token_ids)
         max_length = self.generation_length(max_length)
         prepared = self.generation_inputs(inputs, padding_mask=padding_mask, max_length=max_length)
         return _generate(
             self.next, prepared["prompt"], max_length, strategy, cache=prepared.get("cache"),
-            prompt_mask=prepared.get("prompt_mask"), stop_token_ids=list(self.stop_token_ids),
+            prompt_mask=prepared.get("prompt_mask"), stop_token_ids=stop_token_ids,
             pad_token_id=self.pad_token_id, seed=seed,
         )
 

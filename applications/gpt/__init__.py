@@ -6,8 +6,9 @@
     logits = model(token_ids)                                    # (B, T, 1000)
     result = model.generate(prompt_ids, max_length=128, strategy="top_p", seed=1)
 
-Modules: `model` (GPTConfig, GPT: call, initial_cache / next / generate), `keras_hub_weights` (a GPT from a keras-hub
-GPT2Backbone: same sizes, same weights).
+Modules: `model` (GPTConfig, GPT: call, initial_cache / next / generation_inputs / generate, a core
+GenerativeModel, so `attnlayers.applications.core.export.export_generator` exports it as a SavedModel),
+`keras_hub_weights` (a GPT from a keras-hub GPT2Backbone: same sizes, same weights).
 """
 
 from .keras_hub_weights import copy_keras_hub_weights, from_keras_hub

@@ -9,14 +9,17 @@
       -> logits = h E^T (the output projection is the token embedding, tied)           lm_head
     logits (B, T, V)
 
-The generation contract shared by the applications:
+The generation contract shared by the applications (``GPT`` is a
+:class:`~attnlayers.applications.core.generation.GenerativeModel`; its ``generate`` is core's):
 
 - ``initial_cache(token_ids, padding_mask, max_length)``: prefill, one forward pass over the prompt -> the key /
   value cache (B, num_layers, 2, max_length, num_heads, head_dim).
 - ``next(tokens, cache, index) -> (logits (B, V), cache)``: one cached step for
   :func:`attnlayers.decoding.generate` (the newest known token is ``tokens[:, index - 1]``).
+- ``generation_inputs(token_ids, padding_mask, max_length)`` -> the prompt, its mask and the prefilled cache:
+  what core's ``generate`` and the SavedModel export (``applications.core.export.export_generator``) decode from.
 - ``generate(token_ids, max_length, strategy, seed, ...)`` -> :class:`attnlayers.decoding.DecodeResult`.
-- special token ids as attributes: ``end_token_id``, ``pad_token_id``.
+- special token ids as attributes: ``end_token_id``, ``pad_token_id`` (from the config; no start token).
 
 Example:
 >>> model = GPT(GPTConfig(vocabulary_size=50257, max_sequence_length=1024, num_layers=12, num_heads=12,
@@ -30,10 +33,11 @@ import dataclasses
 import keras
 from keras import ops
 
-from attnlayers import decoding
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.transformer import TransformerDecoder
 from attnlayers.validation import check_rank, format_shape, is_int, positive_int, rate_in_unit_interval
+
+from ..core.generation import GenerativeModel
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.gpt")
@@ -92,7 +96,7 @@ class GPTConfig:
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.gpt")
-class GPT(keras.Model):
+class GPT(GenerativeModel):
     """A GPT-2-style decoder-only Transformer language model.
 
     Args:
@@ -113,16 +117,14 @@ class GPT(keras.Model):
     """
 
     def __init__(self, config=None, **kwargs):
-        super().__init__(**kwargs)
         if config is None:
             config = GPTConfig()
         elif isinstance(config, dict):
             config = GPTConfig(**config)
         elif not isinstance(config, GPTConfig):
             raise ValueError(f"`config` must be a GPTConfig, a dict or None; received config={config!r}.")
+        super().__init__(pad_token_id=config.pad_token_id, end_token_id=config.end_token_id, **kwargs)
         self.config = c = config
-        self.end_token_id = c.end_token_id
-        self.pad_token_id = c.pad_token_id
         init = keras.initializers.RandomNormal(stddev=0.02)  # GPT-2's initialisation
         self.embedding = TokenAndPositionEmbedding(
             c.vocabulary_size, c.max_sequence_length, c.hidden_dim, embeddings_initializer=init,
@@ -175,9 +177,19 @@ class GPT(keras.Model):
         out = self.decoder(x, self_attention_cache=cache, self_attention_cache_update_index=index - 1)
         return self.embedding(out["sequence_output"], reverse=True)[:, 0], out["self_attention_cache"]
 
+    def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        """The decoding's inputs for prompts ``inputs`` (B, P) (right-padded, ``padding_mask`` True at real
+        tokens): ``{"prompt": (B, P) int32, "prompt_mask": (B, P) bool or None, "cache": initial_cache(...)}``,
+        the cache sized for ``max_length`` (default ``max_sequence_length``)."""
+        token_ids, padding_mask = self._check_inputs(inputs, padding_mask, convert=True)
+        max_length = self._check_max_length(max_length, token_ids.shape[1])
+        return {"prompt": token_ids, "prompt_mask": padding_mask,
+                "cache": self.initial_cache(token_ids, padding_mask, max_length)}
+
     def generate(self, token_ids, max_length=None, strategy="greedy", seed=None, *, padding_mask=None,
                  stop_token_ids="auto"):
-        """Continues prompts with :func:`attnlayers.decoding.generate` over a prefilled cache.
+        """Continues prompts with :func:`attnlayers.decoding.generate` over a prefilled cache (the shared
+        ``GenerativeModel.generate``, under GPT's argument names).
 
         Args:
             token_ids: int (B, P) prompts, right-padded (``padding_mask`` True at real tokens).
@@ -192,15 +204,16 @@ class GPT(keras.Model):
             A ``DecodeResult``: ``tokens`` (B, L) (or (B, t, L) for beam search) then ``pad_token_id``,
             ``scores``, ``log_probs``, ``lengths``.
         """
-        token_ids, padding_mask = self._check_inputs(token_ids, padding_mask, convert=True)
-        max_length = self._check_max_length(max_length, token_ids.shape[1])
-        if isinstance(stop_token_ids, str) and stop_token_ids == "auto":
-            stop_token_ids = [self.end_token_id]
-        return decoding.generate(
-            self.next, token_ids, max_length, strategy,
-            cache=self.initial_cache(token_ids, padding_mask, max_length), prompt_mask=padding_mask,
-            stop_token_ids=stop_token_ids, pad_token_id=self.pad_token_id, seed=seed,
-        )
+        return super().generate(token_ids, max_length, strategy, seed, padding_mask=padding_mask,
+                                stop_token_ids=stop_token_ids)
+
+    @property
+    def max_generation_length(self):
+        return self.config.max_sequence_length
+
+    def generation_length(self, max_length=None):
+        """``max_length`` checked against ``max_sequence_length`` (its default when None)."""
+        return self._check_max_length(max_length, None)
 
     # ---- checks and config ------------------------------------------------------------------------------
 
@@ -233,14 +246,17 @@ class GPT(keras.Model):
     def _check_max_length(self, max_length, prompt_length):
         limit = self.config.max_sequence_length
         if max_length is None:
-            return limit
+            max_length = limit
         max_length = positive_int(max_length, "max_length")
         if max_length > limit or (prompt_length is not None and max_length < prompt_length):
+            low = "1" if prompt_length is None else f"prompt length {prompt_length}"
             raise ValueError(
-                f"`max_length` must be in [prompt length {prompt_length}, max_sequence_length={limit}]; received "
-                f"max_length={max_length}."
+                f"`max_length` must be in [{low}, max_sequence_length={limit}]; received max_length={max_length}."
             )
         return max_length
 
     def get_config(self):
-        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
+        config = super().get_config()
+        for name in ("pad_token_id", "start_token_id", "end_token_id"):  # held by `config`
+            config.pop(name, None)
+        return {**config, "config": dataclasses.asdict(self.config)}

@@ -21,8 +21,6 @@ Inputs the model cannot translate as such are handled in the graph, never by a c
 
 from __future__ import annotations
 
-import tempfile
-
 import tensorflow as tf
 
 from attnlayers.decoding import BeamSearch, get_strategy
@@ -69,11 +67,10 @@ def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_
     beam = isinstance(strategy, BeamSearch)
     start, pad = model.start_token_id, model.pad_token_id
     stops = list(model.stop_token_ids) + [pad]
-    # The decoding loop, from token ids (padded and truncated to max_source_length) to token ids.
-    # TODO(export_generate): with a `path=None` (build, do not save) option this scratch save goes away.
-    with tempfile.TemporaryDirectory() as scratch:
-        generator = export_generator(scratch, model, max_length, strategy, input_length=max_source_length,
-                                     jit_compile=jit_compile)
+    # The decoding loop, from token ids (padded and truncated to max_source_length) to token ids: built, not
+    # saved on its own; it is saved once, inside the translator.
+    generator = export_generator(None, model, max_length, strategy, input_length=max_source_length,
+                                 jit_compile=jit_compile)
     module = _Translator(generator, tokenizers)
 
     def translate(text, seed=None):

@@ -119,3 +119,19 @@ def test_a_decoder_only_model_overrides_generation_inputs():
     out = model.generate(prompt, 7, padding_mask=prompt != 0)
     np.testing.assert_array_equal(np.asarray(out.tokens), [[3, 4, 5, 6, 7, 8, 9], [6, 7, 8, 9, 0, 0, 0]])
     assert isinstance(model, keras.Model)
+
+
+def test_generate_stop_token_ids_argument():
+    """"auto" (the default) stops at the model's end_token_id; None never stops early; a list overrides."""
+    model = Reverser(start_token_id=1, end_token_id=2)
+    source = np.array([[3, 4, 5, 0]], "int32")
+    np.testing.assert_array_equal(np.asarray(model.generate(source, 8).tokens), [[1, 5, 4, 3, 2, 0, 0, 0]])
+    auto = model.generate(source, 8, stop_token_ids="auto")
+    np.testing.assert_array_equal(np.asarray(auto.tokens), [[1, 5, 4, 3, 2, 0, 0, 0]])
+    free = model.generate(source, 8, stop_token_ids=None)
+    np.testing.assert_array_equal(np.asarray(free.tokens), [[1, 5, 4, 3, 2, 2, 2, 2]])
+    np.testing.assert_array_equal(np.asarray(free.lengths), [8])
+    other = model.generate(source, 8, stop_token_ids=[4])
+    np.testing.assert_array_equal(np.asarray(other.tokens), [[1, 5, 4, 0, 0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="stop_token_ids.*'end'"):
+        model.generate(source, 8, stop_token_ids="end")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from attnlayers.applications.core import GenerativeModel
 from attnlayers.applications.gpt import GPT, GPTConfig, copy_keras_hub_weights, from_keras_hub
 from attnlayers.decoding import BeamSearch, Sampling
 
@@ -83,6 +84,23 @@ def test_generate_with_other_strategies(model):
     assert not np.array_equal(first, other)
 
 
+def test_gpt_is_a_generative_model(model):
+    """GPT stands on the shared generation contract: generation_inputs gives the prompt, its mask and the prefilled
+    cache; core's generate (under GPT's argument names) decodes from them."""
+    assert isinstance(model, GenerativeModel)
+    assert (model.start_token_id, model.stop_token_ids, model.max_generation_length) == (None, (28,), 12)
+    inputs = model.generation_inputs(PROMPT, padding_mask=PROMPT_MASK, max_length=10)
+    np.testing.assert_array_equal(_np(inputs["prompt"]), PROMPT)
+    np.testing.assert_array_equal(_np(inputs["prompt_mask"]), PROMPT_MASK)
+    np.testing.assert_allclose(_np(inputs["cache"]), _np(model.initial_cache(PROMPT, PROMPT_MASK, 10)), atol=1e-6)
+    assert tuple(inputs["cache"].shape) == (3, 2, 2, 10, 2, 8)
+    ours = model.generate(token_ids=PROMPT, max_length=10, padding_mask=PROMPT_MASK)  # GPT's keyword names
+    core = GenerativeModel.generate(model, PROMPT, 10, padding_mask=PROMPT_MASK)
+    np.testing.assert_array_equal(_np(ours.tokens), _np(core.tokens))
+    np.testing.assert_array_equal(_np(ours.lengths), _np(core.lengths))
+    assert model.generate(PROMPT).tokens.shape == (3, 12)  # default: max_sequence_length
+
+
 def test_mixed_precision():
     keras.utils.set_random_seed(11)
     model = GPT(CONFIG, dtype="mixed_bfloat16")
@@ -129,6 +147,7 @@ def test_config_round_trip(model, tmp_path):
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(_np(loaded(PROMPT)), _np(model(PROMPT)), atol=1e-6)
     assert loaded.end_token_id == model.end_token_id
+    assert (loaded.pad_token_id, loaded.stop_token_ids) == (model.pad_token_id, model.stop_token_ids)
 
 
 def test_trains():
