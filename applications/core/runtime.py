@@ -88,7 +88,11 @@ def make_strategy(name="none", *, tpu=None, devices=None):
         if devices is None:
             gpus = tf.config.list_logical_devices("GPU")
             devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        return tf.distribute.MirroredStrategy(devices=devices)
+        if any("GPU" in str(d).upper() for d in devices):
+            return tf.distribute.MirroredStrategy(devices=devices)
+        # CPU replicas: reduce on one device. The default all-reduce of CPUs runs collective ops, whose instance
+        # keys a second MirroredStrategy in the same process reuses ("Shape mismatch in the collective instance").
+        return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
     if name == "multi-worker":
         if not os.environ.get("TF_CONFIG"):
             raise ValueError(

@@ -14,23 +14,7 @@ import tensorflow as tf
 from attnlayers.applications import nmt
 
 # --------------------------------------------------------------------------------------------------
-# Shared, built once per module (the corpus loads in about a second, tokenizers train in well under one).
-
-
-@pytest.fixture(scope="module")
-def de_en():
-    if not os.path.exists(nmt.DE_EN_PATH):
-        # A real absence on a user's machine; CI installs the corpus (.ci/run), so there it is a failure.
-        message = f"German-English pairs not installed at {nmt.DE_EN_PATH}: apt-get install trans-de-en"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return nmt.load_de_en()
-
-
-@pytest.fixture(scope="module")
-def de_en_splits(de_en):
-    return nmt.split_pairs(de_en)
+# Shared, built once per module (tokenizers train in well under a second); the corpus fixtures are in conftest.py.
 
 
 @pytest.fixture(scope="module")

@@ -2,28 +2,11 @@
 written here), the real corpus (its cleanliness and the counts docs/nmt-data.md states), and its leak-free splits.
 """
 
-import os
 import re
 
 import pytest
 from attnlayers.applications import nmt
 from attnlayers.applications.nmt.data.split import _content_key
-
-
-@pytest.fixture(scope="module")
-def de_en():
-    if not os.path.exists(nmt.DE_EN_PATH):
-        # A real absence on a user's machine; CI installs the corpus (.ci/run), so there it is a failure.
-        message = f"German-English pairs not installed at {nmt.DE_EN_PATH}: apt-get install trans-de-en"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return nmt.load_de_en()
-
-
-@pytest.fixture(scope="module")
-def de_en_splits(de_en):
-    return nmt.split_pairs(de_en)
 
 
 # --------------------------------------------------------------------------------------------------
