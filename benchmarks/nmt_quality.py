@@ -150,10 +150,11 @@ def run(args):
     validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=200, shuffle=False, **lengths)
     vocabulary = tokenizers.target.vocabulary_size
     if args.model == "keras_hub":
-        model, best = keras_hub_translator(vocabulary), core.BestWeights("val_loss")
+        model, recipe_callbacks = keras_hub_translator(vocabulary), [core.BestWeights("val_loss")]
     else:
-        model, best = recipes.build_recipe(args.model, vocabulary, vocabulary, args.variant, max_length=MAX_LENGTH,
-                                           shared_embeddings=True)
+        model, recipe_callbacks = recipes.build_recipe(args.model, vocabulary, vocabulary, args.variant,
+                                                       max_length=MAX_LENGTH, shared_embeddings=True,
+                                                       minutes=args.minutes)
     run_name = f"transformer-{args.variant}" if args.model == "transformer" else args.model
     if args.lexicon:
         run_name += "+lexicon"
@@ -190,7 +191,7 @@ def run(args):
     }
     return core.run_recipe(
         model, train.repeat() if args.lexicon else train, validation=validation, epochs=10_000,
-        callbacks=[core.TimeBudget(args.minutes * 60), best], evaluate=evaluate_model,
+        callbacks=[core.TimeBudget(args.minutes * 60), *recipe_callbacks], evaluate=evaluate_model,
         pictures=None if args.model in ("keras_hub", "seq2seq") else pictures, out_dir=args.results,
         record=record, fit_kwargs=fit_kwargs, verbose=2, results_file=f"{run_name}.json",
     )

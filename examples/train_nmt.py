@@ -188,15 +188,16 @@ def run(args):
                                       **lengths)
 
     with strategy.scope():
-        model, best = recipes.build_recipe(
+        model, recipe_callbacks = recipes.build_recipe(
             args.model, tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size, args.variant,
             max_length=args.max_length, shared_embeddings=tokenizers.shared, learning_rate=args.learning_rate,
+            minutes=args.minutes,
         )
         model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
     variant = recipes.get_variant(args.model, args.variant)
     print(f"model: {args.model}, recipe {variant.name} ({variant.description}); {model.count_params():,} "
           f"parameters; {core.describe_runtime(strategy)}")
-    callbacks = core.standard_callbacks(out, minutes=args.minutes, best=best)
+    callbacks = core.standard_callbacks(out, minutes=args.minutes) + recipe_callbacks
 
     decoding = {"greedy": "greedy", f"beam (k={args.beam_size})": BeamSearch(args.beam_size, alpha=0.6)}
 

@@ -18,7 +18,7 @@ vocabulary or a tokenizer: special token ids are model attributes and tokenizers
 """
 
 from .bleu import corpus_bleu
-from .callbacks import BestWeights, ProgressLog, StepCounter, TimeBudget, standard_callbacks
+from .callbacks import BestWeights, BudgetedLearningRate, ProgressLog, StepCounter, TimeBudget, standard_callbacks
 from .generation import GenerativeModel, Seq2SeqGenerator, check_token_ids
 from .losses import MaskedCrossEntropy
 from .metrics import MaskedAccuracy
@@ -37,6 +37,7 @@ from .schedules import TransformerSchedule, WarmupCosineDecay
 
 __all__ = [
     "BestWeights",
+    "BudgetedLearningRate",
     "GenerativeModel",
     "MaskedAccuracy",
     "MaskedCrossEntropy",

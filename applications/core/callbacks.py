@@ -1,6 +1,7 @@
-"""Training callbacks shared by the applications: counting steps, a wall-clock budget, keeping the best epochs'
-weights (the best one, or the mean of the best few: checkpoint averaging, Vaswani et al. 2017, section 6.1),
-a one-line-per-epoch log, and :func:`standard_callbacks`, the list every example script trains with.
+"""Training callbacks shared by the applications: counting steps, a wall-clock budget, a learning rate that
+ends at zero when the budget does, keeping the best epochs' weights (the best one, or the mean of the best few:
+checkpoint averaging, Vaswani et al. 2017, section 6.1), a one-line-per-epoch log, and
+:func:`standard_callbacks`, the list every example script trains with.
 
     callbacks = standard_callbacks("artifacts/run", minutes=20, best=BestWeights("val_accuracy", average=3))
     model.fit(train, validation_data=validation, epochs=100, callbacks=callbacks)
@@ -98,6 +99,80 @@ class TimeBudget(StepCounter):
             return None
         full = self.steps_per_epoch
         return None if full is None else self.stopped_step < full
+
+
+class BudgetedLearningRate(keras.callbacks.Callback):
+    """A learning rate set by how much of the run's budget is spent: linear warm-up, then linear decay to zero
+    when the budget ends ("budgeted training", Li et al. 2020: a schedule that reaches zero exactly at the end
+    of the budget trains better in that budget than one made for a longer run).
+
+    ``lr(p) = peak * min(p / w, (1 - p) / (1 - w))``, clipped to ``[0, peak]``, with ``w = warmup_fraction``
+    and the progress ``p = max(elapsed / seconds, iterations / steps, iterations / fit_steps)`` over the bounds
+    that exist (``elapsed``: seconds since ``on_train_begin``, the clock :class:`TimeBudget` stops on;
+    ``iterations``: the optimizer's step count, which ``BackupAndRestore`` restores; ``fit_steps``: ``fit``'s
+    ``epochs * steps per epoch`` when the data's size is known): whichever bound ends the run first ends the
+    schedule. Set before every batch, so a run bounded by time warms up and decays over the steps it actually
+    gets, on a fast machine or a slow one.
+
+    The optimizer must have a constant learning rate (a number, which becomes a variable this callback
+    assigns), not a ``LearningRateSchedule``. Under JAX the callback syncs the training state before each
+    assignment (``model.jax_state_sync()``), as keras asks of callbacks that change variables mid-epoch. A run
+    resumed by ``BackupAndRestore`` keeps its step progress; the wall clock starts again.
+
+    Args:
+        peak: the largest learning rate, > 0.
+        warmup_fraction: the share of the budget spent warming up, in (0, 1).
+        seconds: the wall-clock budget (use the :class:`TimeBudget`'s), or None.
+        steps: a step budget, or None (``fit``'s epochs bound the steps anyway).
+
+    Attributes:
+        last: the learning rate set before the latest batch.
+    """
+
+    def __init__(self, peak, warmup_fraction=0.1, seconds=None, steps=None):
+        super().__init__()
+        self.peak = positive_number(peak, "peak")
+        if not 0.0 < warmup_fraction < 1.0:
+            raise ValueError(f"`warmup_fraction` must be in (0, 1); received warmup_fraction={warmup_fraction!r}.")
+        self.warmup_fraction = float(warmup_fraction)
+        self.seconds = None if seconds is None else positive_number(seconds, "seconds")
+        self.steps = None if steps is None else positive_int(steps, "steps")
+        self.last, self._start, self._total_steps = None, None, None
+
+    def learning_rate(self, progress):
+        """``lr(p)`` of the docstring for a progress ``p`` (a float)."""
+        w = self.warmup_fraction
+        return self.peak * min(1.0, max(0.0, min(progress / w, (1.0 - progress) / (1.0 - w))))
+
+    def on_train_begin(self, logs=None):
+        schedule = self.model.optimizer.get_config()["learning_rate"]  # a dict when it is a schedule
+        if isinstance(schedule, dict):
+            raise ValueError("BudgetedLearningRate sets the learning rate itself: compile the model with a constant "
+                             f"learning rate, not the schedule {schedule.get('class_name', '')}.")
+        epochs, steps = (self.params or {}).get("epochs"), (self.params or {}).get("steps")
+        bounds = [b for b in (self.steps, epochs and steps and int(epochs) * int(steps)) if b]
+        if self.seconds is None and not bounds:
+            raise ValueError("BudgetedLearningRate needs `seconds` or `steps` when fit does not know the steps "
+                             "of an epoch (data of unknown size): pass one of them.")
+        self._total_steps = min(bounds) if bounds else None
+        self._start = time.perf_counter()
+
+    def progress(self):
+        """The share of the budget spent, in [0, 1] (0 before training starts)."""
+        if self._start is None:
+            return 0.0
+        shares = []
+        if self.seconds is not None:
+            shares.append((time.perf_counter() - self._start) / self.seconds)
+        if self._total_steps is not None:
+            shares.append(int(self.model.optimizer.iterations) / self._total_steps)
+        return min(1.0, max(shares))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if keras.backend.backend() == "jax":
+            self.model.jax_state_sync()  # the loop then reads the variables again, this assignment included
+        self.last = self.learning_rate(self.progress())
+        self.model.optimizer.learning_rate = self.last
 
 
 class BestWeights(keras.callbacks.Callback):

@@ -7,8 +7,8 @@
     tokenizers = nmt.build_tokenizers(splits, shared=True)  # SentencePiece, trained on splits.train only
     train = nmt.make_dataset(splits.train, tokenizers)  # ((source_ids, target_in_ids), target_out_ids)
     vocabulary = tokenizers.source.vocabulary_size                   # shared: one vocabulary for both sides
-    model, best = nmt.build_recipe("transformer", vocabulary, vocabulary, shared_embeddings=True)  # its best recipe
-    model.fit(train, validation_data=..., epochs=10, callbacks=[best])  # best: the recipe's weight selection
+    model, callbacks = nmt.build_recipe("transformer", vocabulary, vocabulary, shared_embeddings=True)  # its best
+    model.fit(train, validation_data=..., epochs=10, callbacks=callbacks)  # learning rate, weight selection
     bleu, _ = evaluate.evaluate_bleu(model, tokenizers, splits.test, strategy=BeamSearch(4))
     export.export_translator("translator", model, tokenizers, strategy=BeamSearch(4))
 

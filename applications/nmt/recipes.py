@@ -14,8 +14,8 @@ measured recipe on German-English (benchmarks/README.md has the table):
 
 "tiny" recipes are for smoke tests and the synthetic task.
 
-    model, best = build_recipe("transformer", vocabulary_size, vocabulary_size, max_length=48,
-                               shared_embeddings=True)           # compiled; best: the BestWeights to train with
+    model, callbacks = build_recipe("transformer", vocabulary_size, vocabulary_size, max_length=48,
+                                    shared_embeddings=True, minutes=20)   # compiled; pass callbacks to fit
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import dataclasses
 
 from attnlayers.validation import one_of
 
-from ..core.callbacks import BestWeights
+from ..core.callbacks import BestWeights, BudgetedLearningRate
 from ..core.schedules import TransformerSchedule
 from .model import MODELS, TransformerTranslator, build_model
 
@@ -39,8 +39,10 @@ class Variant:
         name: its name (the ``--variant`` of the scripts).
         description: one line for ``--help``.
         model: the model constructor's arguments (sizes, dropout, layout).
-        optimizer: "learning_rate" (Adam's, RNNs) or "warmup_steps" and "scale" (the Transformer's
-            :class:`~attnlayers.applications.core.TransformerSchedule`), and "label_smoothing".
+        optimizer: "learning_rate" (Adam's, RNNs); or "warmup_steps" and "scale" (the Transformer's
+            :class:`~attnlayers.applications.core.TransformerSchedule`); or "peak" and "warmup_fraction" (a
+            :class:`~attnlayers.applications.core.BudgetedLearningRate` over the run's budget); and
+            "label_smoothing".
         selection: :class:`~attnlayers.applications.core.BestWeights` arguments: "monitor", "average".
     """
 
@@ -56,6 +58,10 @@ _SMALL_OPTIMIZER = dict(warmup_steps=400, scale=0.5, label_smoothing=0.1)  # pea
 _BEST_3_BY_ACCURACY = {"monitor": "val_accuracy", "average": 3}
 
 TRANSFORMER_VARIANTS = {
+    "budgeted": Variant(
+        "budgeted", "pre-LN 2+2 layers, d 256, d_ff 512, dropout 0.1, warm-up over 10% of the budget to 1.6e-3 "
+        "then linear decay to 0 when it ends, best epoch by val loss",
+        {**_SMALL, "dropout": 0.1}, dict(peak=1.6e-3, warmup_fraction=0.1, label_smoothing=0.1)),
     "lowres": Variant(
         "lowres", "pre-LN 2+2 layers, d 256, d_ff 512, dropout 0.3, mean of the 3 best epochs by val accuracy "
         "(best measured: 5.97 / 6.31 BLEU)",
@@ -102,7 +108,7 @@ def get_variant(model_name, variant=None):
 
 
 def build_recipe(model_name, source_vocabulary_size, target_vocabulary_size, variant=None, *, max_length=64,
-                 shared_embeddings=False, learning_rate=None, **overrides):
+                 shared_embeddings=False, learning_rate=None, minutes=None, **overrides):
     """Builds and compiles ``model_name`` with a recipe.
 
     Args:
@@ -111,16 +117,26 @@ def build_recipe(model_name, source_vocabulary_size, target_vocabulary_size, var
         variant: a recipe name of :func:`variants` (None: the model's default, its best measured one).
         max_length: the Transformer's longest sequence (positions, caches).
         shared_embeddings: the Transformer ties source, target and output embeddings (one joint vocabulary).
-        learning_rate: replaces the recipe's learning rate (the Transformer's warm-up schedule included).
+        learning_rate: replaces the recipe's learning rate (a budgeted recipe's peak; the Transformer's warm-up
+            schedule included).
+        minutes: the run's wall-clock budget, for a budgeted recipe's learning rate (None: it spans ``fit``'s
+            epochs).
         **overrides: more model constructor arguments (they win over the recipe's).
 
     Returns:
-        ``(model, best)``: the compiled model and a fresh :class:`~attnlayers.applications.core.BestWeights`
-        with the recipe's selection rule, to pass to ``fit``.
+        ``(model, callbacks)``: the compiled model and the recipe's callbacks to pass to ``fit``: a fresh
+        :class:`~attnlayers.applications.core.BestWeights` with its selection rule, preceded by a
+        :class:`~attnlayers.applications.core.BudgetedLearningRate` in a budgeted recipe.
     """
     recipe = get_variant(model_name, variant)
     optimizer = dict(recipe.optimizer)
     config = {**recipe.model, **overrides}
+    callbacks = [BestWeights(**recipe.selection)]
+    if "peak" in optimizer:  # the learning rate is the callback's, set before every batch
+        peak = learning_rate or optimizer["peak"]
+        seconds = None if minutes is None else minutes * 60.0
+        callbacks.insert(0, BudgetedLearningRate(peak, optimizer["warmup_fraction"], seconds=seconds))
+        learning_rate = peak
     if model_name == "transformer":
         model = TransformerTranslator(source_vocabulary_size, target_vocabulary_size, max_length=max_length,
                                       shared_embeddings=shared_embeddings, name="transformer", **config)
@@ -131,4 +147,4 @@ def build_recipe(model_name, source_vocabulary_size, target_vocabulary_size, var
         model = build_model(model_name, source_vocabulary_size, target_vocabulary_size, **config)
         model.compile_for_translation(learning_rate or optimizer["learning_rate"],
                                       label_smoothing=optimizer.get("label_smoothing", 0.0))
-    return model, BestWeights(**recipe.selection)
+    return model, callbacks

@@ -1,5 +1,5 @@
 """Training callbacks: BestWeights (best epoch, checkpoint averaging), TimeBudget (where it stopped),
-StepCounter, ProgressLog and the standard list."""
+BudgetedLearningRate, StepCounter, ProgressLog and the standard list."""
 
 import keras
 import numpy as np
@@ -7,6 +7,7 @@ import pytest
 
 from attnlayers.applications.core import (
     BestWeights,
+    BudgetedLearningRate,
     ProgressLog,
     StepCounter,
     TimeBudget,
@@ -86,6 +87,62 @@ def test_step_counter_and_a_budget_that_does_not_stop():
     _fit([counter, budget], epochs=3, samples=20)  # 3 batches per epoch (8, 8, 4)
     assert counter.steps == 9 and counter.epoch_steps == [3, 3, 3] and counter.elapsed > 0
     assert not budget.stopped and budget.mid_epoch is None and budget.steps == 9
+
+
+class _LearningRates(keras.callbacks.Callback):
+    """Records the learning rate each batch trains with, and the weights after the first batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.rates, self.initial, self.after_first = [], None, None
+
+    def on_train_begin(self, logs=None):
+        self.initial = [w.copy() for w in self.model.get_weights()]
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.rates.append(float(self.model.optimizer.learning_rate))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.after_first is None:
+            self.after_first = [w.copy() for w in self.model.get_weights()]
+
+
+def test_budgeted_learning_rate_over_the_steps_of_fit():
+    """No bound given: the budget is fit's 5 epochs x 4 batches; warm-up over 10% of it, then down to zero."""
+    schedule, seen = BudgetedLearningRate(0.05, warmup_fraction=0.1), _LearningRates()
+    model = _fit([schedule, seen], epochs=5)
+    p = np.arange(20) / 20  # the progress before each batch
+    expected = 0.05 * np.clip(np.minimum(p / 0.1, (1 - p) / 0.9), 0, 1)
+    np.testing.assert_allclose(seen.rates, expected, rtol=1e-6)
+    assert seen.rates[2] == pytest.approx(0.05) and seen.rates[-1] == pytest.approx(0.05 / 18)
+    # The optimizer trains with it: the first batch (rate 0) leaves the weights as they were.
+    for before, after in zip(seen.initial, seen.after_first):
+        np.testing.assert_array_equal(before, after)
+    assert not np.allclose(seen.initial[0], model.get_weights()[0])
+
+
+def test_budgeted_learning_rate_over_a_wall_clock_budget(monkeypatch):
+    """A time bound: each batch is (by a fake clock) 10 of 100 seconds later, whatever the steps."""
+    from attnlayers.applications.core import callbacks as module
+
+    clock = iter(np.arange(0.0, 1000.0, 10.0))
+    monkeypatch.setattr(module.time, "perf_counter", lambda: next(clock))
+    schedule, seen = BudgetedLearningRate(1.0, warmup_fraction=0.2, seconds=100), _LearningRates()
+    _fit([schedule, seen], epochs=3)  # 12 batches; from the 10th on, the budget is spent: rate 0
+    expected = [min(p / 0.2, (1 - p) / 0.8, 1.0) for p in np.minimum(np.arange(1, 13) / 10, 1.0)]
+    np.testing.assert_allclose(seen.rates, np.maximum(expected, 0), atol=1e-6)
+    assert schedule.progress() == 1.0 and seen.rates[-1] == 0.0
+
+
+def test_budgeted_learning_rate_refuses_what_it_cannot_schedule():
+    with pytest.raises(ValueError, match="warmup_fraction"):
+        BudgetedLearningRate(1e-3, warmup_fraction=1.0)
+    with pytest.raises(ValueError, match="peak"):
+        BudgetedLearningRate(0.0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)), "mse")
+    with pytest.raises(ValueError, match="constant learning rate, not the schedule ExponentialDecay"):
+        model.fit(np.zeros((8, 3)), np.zeros(8), verbose=0, callbacks=[BudgetedLearningRate(1e-3)])
 
 
 def test_progress_log_prints_one_line_per_epoch():

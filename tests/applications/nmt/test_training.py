@@ -27,16 +27,23 @@ def test_default_recipes_are_the_best_measured():
         recipes.variants("gpt")
 
 
-@pytest.mark.parametrize("name, variant", [("transformer", None), ("luong", "tiny")])
-def test_build_recipe_compiles_the_model_and_its_selection(name, variant):
-    model, best = recipes.build_recipe(name, 40, 40, variant, max_length=12, shared_embeddings=True)
+@pytest.mark.parametrize("name, variant", [("transformer", "lowres"), ("transformer", "budgeted"), ("luong", "tiny")])
+def test_build_recipe_compiles_the_model_and_its_callbacks(name, variant):
+    model, callbacks = recipes.build_recipe(name, 40, 40, variant, max_length=12, shared_embeddings=True,
+                                            minutes=2)
     recipe = recipes.get_variant(name, variant)
+    best = callbacks[-1]
     assert model.compiled and isinstance(best, core.BestWeights)
     assert (best.monitor, best.average) == (recipe.selection["monitor"], recipe.selection["average"])
-    if name == "transformer":
+    if variant == "budgeted":  # the callback owns the learning rate: peak 1.6e-3 over the 2-minute budget
+        schedule = callbacks[0]
+        assert isinstance(schedule, core.BudgetedLearningRate) and len(callbacks) == 2
+        assert (schedule.peak, schedule.warmup_fraction, schedule.seconds) == (1.6e-3, 0.1, 120.0)
+        assert float(model.optimizer.learning_rate) == pytest.approx(1.6e-3)
+    elif name == "transformer":
         assert model.normalize_first and model.max_length == 12 and model.shared_embeddings
         warmup = core.TransformerSchedule(256, 400, scale=0.5)  # the recipe's warm-up, at the first step
         assert float(model.optimizer.learning_rate) == pytest.approx(float(warmup(0)))
-        assert model.loss.label_smoothing == 0.1
+        assert model.loss.label_smoothing == 0.1 and len(callbacks) == 1
     else:
-        assert model.units == 128 and model.attention_type == "luong"
+        assert model.units == 128 and model.attention_type == "luong" and len(callbacks) == 1
