@@ -187,3 +187,187 @@ def test_missing_matplotlib_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r'pip install "attnlayers\[examples\]"'):
         visualize.plot_attention(np.eye(3))
+
+
+# --- Visual attention over images (Xu et al. 2015, Figs. 2-3) -------------------------------------
+
+CAPTION = "a red circle above".split()
+
+
+def _scene(height=48, width=64):
+    """A uint8 image with some structure: a gradient and a red disc."""
+    y, x = np.mgrid[:height, :width]
+    image = np.stack([x * 255 // width, y * 255 // height, np.full_like(x, 90)], axis=-1)
+    image[(y - 16) ** 2 + (x - 20) ** 2 < 81] = (230, 20, 20)
+    return image.astype("uint8")
+
+
+def _grid_weights(steps, grid=(3, 4), seed=0):
+    logits = np.random.default_rng(seed).normal(size=(steps, grid[0] * grid[1])) * 3
+    weights = np.exp(logits)
+    return weights / weights.sum(-1, keepdims=True)
+
+
+def test_upsample_attention_shapes_peak_and_range():
+    from attnlayers.visualize import upsample_attention
+
+    alpha = np.zeros((4, 4))
+    alpha[1, 2] = 1.0
+    for smooth in (True, False, 3.0):
+        heat = upsample_attention(alpha, (64, 32), smooth=smooth)
+        assert heat.shape == (64, 32) and heat.dtype == np.float64
+        peak = np.unravel_index(np.argmax(heat), heat.shape)
+        assert 16 <= peak[0] < 32 and 16 <= peak[1] < 24  # inside cell (1, 2): 16 x 8 pixels
+        assert heat.min() >= -1e-12 and heat.max() <= 1.0 + 1e-12
+    # A stack (..., h, w) is upsampled map by map; nested lists and tensors are accepted.
+    stack = _grid_weights(3, (4, 4)).reshape(3, 4, 4)
+    together = upsample_attention(stack, (20, 20))
+    assert together.shape == (3, 20, 20)
+    np.testing.assert_allclose(together[1], upsample_attention(stack[1].tolist(), (20, 20)))
+    np.testing.assert_allclose(
+        together[2], upsample_attention(ops.convert_to_tensor(stack[2]), (20, 20)), atol=1e-6
+    )
+    # A uniform map stays uniform (bilinear + a normalized, edge-mirrored blur).
+    np.testing.assert_allclose(upsample_attention(np.full((3, 3), 0.25), (30, 30)), 0.25)
+
+
+def test_upsample_attention_matches_scipy_resize_and_blur():
+    ndimage = pytest.importorskip("scipy.ndimage")
+    from attnlayers.visualize import upsample_attention
+
+    # Bilinear with half-pixel centres (8 pixels per cell: grid row i is centred on pixel 8i + 3.5)
+    # reproduces a linear ramp exactly between the outer cell centres, and clamps beyond them.
+    rows, cols = np.mgrid[:7, :5]
+    ramp = upsample_attention(rows + 2.0 * cols, (56, 40), smooth=False)
+    y, x = np.mgrid[:56, :40]
+    exact = np.clip((y + 0.5) / 8 - 0.5, 0, 6) + 2 * np.clip((x + 0.5) / 8 - 0.5, 0, 4)
+    np.testing.assert_allclose(ramp, exact, atol=1e-12)
+    alpha = np.random.default_rng(3).random((7, 5))
+    plain = upsample_attention(alpha, (56, 40), smooth=False)
+    blurred = ndimage.gaussian_filter(plain, sigma=(8 / 3, 8 / 3), mode="reflect", truncate=4.0)
+    np.testing.assert_allclose(upsample_attention(alpha, (56, 40)), blurred, atol=1e-12)
+    blurred = ndimage.gaussian_filter(plain, sigma=20.0, mode="reflect", truncate=4.0)
+    np.testing.assert_allclose(upsample_attention(alpha, (56, 40), smooth=20.0), blurred, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((np.ones(16), (8, 8)), r"`weights_hw` must be an \(h, w\) attention map .* received shape \(16,\)"),
+        ((np.ones((4, 4)), (8, 0)), r"`image_size` must be two positive integers"),
+        ((np.ones((4, 4)), 8), r"`image_size` must be two positive integers"),
+        ((np.ones((4, 4)), (8, 8), -1.0), r"`smooth` must be True, False or a Gaussian sigma"),
+        ((np.array([["a", "b"], ["c", "d"]]), (8, 8)), r"`weights_hw` must be numeric"),
+    ],
+)
+def test_upsample_attention_errors(args, message):
+    from attnlayers.visualize import upsample_attention
+
+    with pytest.raises(ValueError, match=message):
+        upsample_attention(*args)
+
+
+@needs_matplotlib
+def test_plot_image_attention_writes_png_with_one_panel_per_word(tmp_path):
+    from attnlayers.visualize import plot_image_attention
+
+    image = _scene()
+    path = tmp_path / "sub" / "attention.png"
+    fig = plot_image_attention(
+        image, CAPTION, _grid_weights(4), grid_shape=(3, 4), path=path, columns=3, title="Soft"
+    )
+    _check_png(path)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 1 + len(CAPTION)  # the image, then one panel per word
+    assert [ax.get_title() for ax in panels[1:]] == CAPTION
+    np.testing.assert_allclose(panels[0].images[0].get_array(), image / 255.0)
+    for ax in panels[1:]:
+        assert ax.images[0].get_array().shape == image.shape  # the map is upsampled to the image
+        assert not ax.patches  # no rectangles without sampled=True
+    # 5 panels in rows of 3: the sixth cell is switched off.
+    assert sum(1 for ax in fig.axes if not ax.images and not ax.axison) == 1
+    assert fig._suptitle.get_text() == "Soft"
+
+
+@needs_matplotlib
+def test_plot_image_attention_grid_forms_agree():
+    from attnlayers.visualize import plot_image_attention
+
+    weights = _grid_weights(4, (4, 4))
+
+    def pixels(fig):
+        return [np.asarray(ax.images[0].get_array()) for ax in fig.axes if ax.images]
+
+    flat = pixels(plot_image_attention(_scene(), CAPTION, weights, grid_shape=(4, 4)))
+    for other in (
+        plot_image_attention(_scene(), CAPTION, weights.reshape(4, 4, 4)),
+        plot_image_attention(_scene(), CAPTION, weights.reshape(4, 4, 4), grid_shape=(4, 4)),
+        plot_image_attention(_scene(), " ".join(CAPTION), ops.convert_to_tensor(weights)),  # 16 = 4 x 4
+    ):
+        for a, b in zip(flat, pixels(other), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+    # Where the word attends is brightest: the peak cell's centre beats the opposite corner.
+    peak = np.unravel_index(np.argmax(weights[0]), (4, 4))
+    shown = flat[1].mean(-1)
+    assert shown[int((peak[0] + 0.5) * 12), int((peak[1] + 0.5) * 16)] > shown.min() + 0.2
+
+
+@needs_matplotlib
+def test_plot_image_attention_sampled_marks_argmax_cell(tmp_path):
+    from attnlayers.visualize import plot_image_attention
+
+    weights = _grid_weights(4)
+    path = tmp_path / "hard.png"
+    fig = plot_image_attention(
+        _scene().astype("float32"),  # float 0-255 is read as 0-255
+        CAPTION,
+        weights,
+        grid_shape=(3, 4),
+        sampled=True,
+        smooth=False,
+        path=path,
+    )
+    _check_png(path)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert panels[0].images[0].get_array().max() <= 1.0
+    assert not panels[0].patches
+    for t, ax in enumerate(panels[1:]):
+        (rect,) = ax.patches
+        r, c = np.unravel_index(np.argmax(weights[t]), (3, 4))
+        assert rect.get_xy() == pytest.approx((c * 16 - 0.5, r * 16 - 0.5))  # 48 x 64 image, 16 px cells
+        assert (rect.get_width(), rect.get_height()) == pytest.approx((16, 16))
+
+
+@needs_matplotlib
+def test_plot_image_attention_accepts_gray_and_normalized_images():
+    from attnlayers.visualize import plot_image_attention
+
+    gray = _scene()[..., 0]
+    fig = plot_image_attention(gray, ["a"], _grid_weights(1), grid_shape=(3, 4))
+    assert fig.axes[0].images[0].get_array().shape == gray.shape + (3,)
+    normalized = (_scene() - 128.0) / 60.0  # a network's mean/std input: rescaled for display
+    shown = plot_image_attention(normalized, ["a"], _grid_weights(1), grid_shape=(3, 4)).axes[0]
+    assert shown.images[0].get_array().min() == 0.0 and shown.images[0].get_array().max() == 1.0
+
+
+@needs_matplotlib
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"words": CAPTION[:3]}, r"`words` has 3 words but `weights` has 4 rows \(shape \(4, 12\)\)"),
+        ({"grid_shape": (4, 4)}, r"`weights` have 12 locations per word \(shape \(4, 12\)\) but `grid_shape`"),
+        ({"grid_shape": None}, r"L = 12 not a square number; pass grid_shape"),
+        ({"weights": _grid_weights(4).reshape(4, 3, 4), "grid_shape": (4, 3)}, r"do not match `grid_shape`"),
+        ({"weights": _grid_weights(4).reshape(1, 4, 3, 4)}, r"received shape \(1, 4, 3, 4\).*select one image"),
+        ({"image": np.zeros((8, 8, 2))}, r"`image` must be a numeric \(H, W, 3\) array"),
+        ({"columns": 0}, r"`columns` must be a positive integer"),
+        ({"grid_shape": (3, -4)}, r"`grid_shape` must be two positive integers"),
+    ],
+)
+def test_plot_image_attention_errors(kwargs, message):
+    from attnlayers.visualize import plot_image_attention
+
+    args = {"image": _scene(), "words": CAPTION, "weights": _grid_weights(4), "grid_shape": (3, 4)}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        plot_image_attention(args.pop("image"), args.pop("words"), args.pop("weights"), **args)
