@@ -77,6 +77,7 @@ def export_generate(
     pad_token_id=0,
     tokenizer=None,
     input_length=None,
+    source_spec=None,
     jit_compile=True,
 ):
     """Writes a SavedModel whose ``generate`` signature runs the decoding loop (or, with ``path=None``, builds
@@ -106,6 +107,9 @@ def export_generate(
         input_length: None or an int: the inputs are padded (and truncated) to this length, so that the
             compiled loop sees one input shape per batch size. Default: ``max_length`` with a tokenizer (the
             text's length varies), the given width of ``token_ids`` without.
+        source_spec: None, or a ``tf.TensorSpec`` of an input other than token ids (e.g. images
+            ``tf.TensorSpec((None, 64, 64, 3), tf.uint8, name="images")``): the signature then takes that one
+            tensor (named after the spec) and ``prepare(source)`` turns it into the decoding's inputs.
         jit_compile: compile the decoding loop with XLA.
 
     Returns:
@@ -115,7 +119,8 @@ def export_generate(
     Signature ``generate`` (``loaded.signatures["generate"](**inputs)``, or ``loaded.generate(...)`` with the
     inputs by keyword or in this order):
         inputs: ``token_ids`` int32 (B, P) and ``padding_mask`` bool (B, P) (right-padded prompts); with a
-            tokenizer, ``text`` string (B,) instead; then ``seed`` int32 () for sampling strategies.
+            tokenizer, ``text`` string (B,) instead; with ``source_spec``, that tensor instead; then ``seed``
+            int32 () for sampling strategies.
         outputs (a dict): ``token_ids`` int32 (B, L), ``scores`` / ``log_probs`` float32 (B,), ``lengths``
             int32 (B,); with :class:`~attnlayers.decoding.BeamSearch`, (B, t, L) and (B, t). With a tokenizer,
             also ``text`` string (B,) or (B, t): the detokenized generated tokens (prompt, stop token and
@@ -147,6 +152,11 @@ def export_generate(
         )
     max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
     input_length = positive_int(input_length, "input_length", allow_none=True)
+    if source_spec is not None and (tokenizer is not None or not isinstance(source_spec, tf.TensorSpec)):
+        raise ValueError(
+            "`source_spec` must be a tf.TensorSpec, and cannot be combined with a `tokenizer`; received "
+            f"source_spec={source_spec!r}, tokenizer={tokenizer!r}."
+        )
     if tokenizer is not None and not (hasattr(tokenizer, "tokenize") and hasattr(tokenizer, "detokenize")):
         raise ValueError(
             "`tokenizer` must have `tokenize(strings)` and `detokenize(token_ids)` methods built from TensorFlow "
@@ -163,11 +173,11 @@ def export_generate(
     module = _GenerateModule(_variables(track), tokenizer)
 
     @tf.function(jit_compile=jit_compile, autograph=False)
-    def decode(token_ids, padding_mask, seed):
-        inputs = prepare(token_ids, padding_mask)
+    def decode(source, seed):  # source: (token_ids, padding_mask), or (the source_spec tensor,)
+        inputs = prepare(*source)
         if not isinstance(inputs, dict) or "prompt" not in inputs:
             raise ValueError(
-                "`prepare(token_ids, padding_mask)` must return a dict with 'prompt' (and optionally 'prompt_mask', "
+                "`prepare(token_ids, padding_mask)` (or `prepare(source)`) must return a dict with 'prompt' (and optionally 'prompt_mask', "
                 f"'cache'); received {inputs!r}."
             )
         prompt = tf.cast(inputs["prompt"], tf.int32)
@@ -197,7 +207,10 @@ def export_generate(
 
     def from_ids(token_ids, padding_mask, seed):
         token_ids, padding_mask = fit(tf.cast(token_ids, tf.int32), tf.cast(padding_mask, tf.bool))
-        return outputs(decode(token_ids, padding_mask, seed))
+        return outputs(decode((token_ids, padding_mask), seed))
+
+    def from_source(source, seed):
+        return outputs(decode((source,), seed))
 
     def from_text(text, seed):
         ids = tokenizer.tokenize(text)
@@ -209,7 +222,7 @@ def export_generate(
         token_ids = ids.to_tensor(default_value=pad_token_id)
         padding_mask = tf.sequence_mask(ids.row_lengths(), tf.shape(token_ids)[1])
         token_ids, padding_mask = fit(token_ids, padding_mask)
-        result = decode(token_ids, padding_mask, seed)
+        result = decode((token_ids, padding_mask), seed)
         out = outputs(result)
         out["text"] = _text_of(out["token_ids"], result[1], out["lengths"], stops, tokenizer)
         return out
@@ -220,7 +233,13 @@ def export_generate(
                 tf.TensorSpec((None, None), tf.bool, name="padding_mask")]
     text_spec = [tf.TensorSpec((None,), tf.string, name="text")]
     seed_spec = [tf.TensorSpec((), tf.int32, name="seed")]
-    if tokenizer is None and stochastic:
+    if source_spec is not None and stochastic:
+        def serve(source, seed):
+            return from_source(source, seed)
+    elif source_spec is not None:
+        def serve(source):
+            return from_source(source, tf.constant(0))
+    elif tokenizer is None and stochastic:
         def serve(token_ids, padding_mask, seed):
             return from_ids(token_ids, padding_mask, seed)
     elif tokenizer is None:
@@ -232,7 +251,8 @@ def export_generate(
     else:
         def serve(text):
             return from_text(text, tf.constant(0))
-    signature = (ids_spec if tokenizer is None else text_spec) + (seed_spec if stochastic else [])
+    signature = ([source_spec] if source_spec is not None else ids_spec if tokenizer is None else text_spec)
+    signature += seed_spec if stochastic else []
     function = tf.function(serve, input_signature=signature, autograph=False)
 
     module.generate = function

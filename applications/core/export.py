@@ -10,7 +10,7 @@ from attnlayers.export import export_generate
 
 
 def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=None, input_length=None,
-                     jit_compile=True):
+                     source_spec=None, jit_compile=True):
     """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`),
     or with ``path=None`` builds the module without saving it (to attach it to a larger module saved once).
 
@@ -26,6 +26,8 @@ def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=No
         strategy: "greedy", a ``BeamSearch``, a ``Sampling`` (then the signature takes an int32 ``seed``).
         tokenizer: None (token ids in and out) or a TensorFlow tokenizer (strings in and out).
         input_length: the input width the loop is compiled for (longer inputs are truncated).
+        source_spec: a ``tf.TensorSpec`` for a source other than token ids (a captioner's images): the
+            signature takes that tensor and passes it to ``model.generation_inputs``.
         jit_compile: compile the encoder and the decoding loop with XLA.
 
     Returns:
@@ -33,11 +35,11 @@ def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=No
     """
     max_length = model.generation_length(max_length)
 
-    def prepare(token_ids, padding_mask):
+    def prepare(token_ids, padding_mask=None):
         return model.generation_inputs(token_ids, padding_mask=padding_mask, max_length=max_length)
 
     return export_generate(
         path, model.next, max_length, strategy, track=model, prepare=prepare,
         stop_token_ids=list(model.stop_token_ids), pad_token_id=model.pad_token_id, tokenizer=tokenizer,
-        input_length=input_length, jit_compile=jit_compile,
+        input_length=input_length, source_spec=source_spec, jit_compile=jit_compile,
     )

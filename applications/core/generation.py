@@ -152,21 +152,27 @@ class GenerativeModel(keras.Model):
 class Seq2SeqGenerator(GenerativeModel):
     """A :class:`GenerativeModel` that reads a source and generates from ``start_token_id``.
 
-    ``generation_inputs(source_ids)`` gives the prompt ``[start_token_id]`` for every row and the cache of
-    ``initial_cache(source_ids, max_length)``; the source's padding is where ``source_ids == pad_token_id``.
+    ``generation_inputs(source)`` gives the prompt ``[start_token_id]`` for every row and the cache of
+    ``initial_cache(source, max_length)``. The source is token ids (B, S) by default, padded where
+    ``source_ids == pad_token_id``; a model that reads something else (images) overrides :meth:`check_source`.
     Subclasses implement ``encode``, ``initial_cache`` and ``next``.
     """
 
-    def generation_inputs(self, inputs, padding_mask=None, max_length=None):
-        if self.start_token_id is None:
-            raise ValueError(f"{type(self).__name__} needs a `start_token_id` to generate; received None.")
+    def check_source(self, inputs):
+        """``inputs`` as the source ``initial_cache`` reads (batch on axis 0): int32 ids (B, S) here."""
         source_ids = ops.cast(ops.convert_to_tensor(inputs), "int32")
         if len(source_ids.shape) != 2:
             raise ValueError(
                 f"`inputs` must be int source ids of shape (batch, length); received shape {tuple(source_ids.shape)}."
             )
-        prompt = ops.full((ops.shape(source_ids)[0], 1), self.start_token_id, "int32")
-        return {"prompt": prompt, "cache": self.initial_cache(source_ids, max_length=max_length)}
+        return source_ids
+
+    def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        if self.start_token_id is None:
+            raise ValueError(f"{type(self).__name__} needs a `start_token_id` to generate; received None.")
+        source = self.check_source(inputs)
+        prompt = ops.full((ops.shape(source)[0], 1), self.start_token_id, "int32")
+        return {"prompt": prompt, "cache": self.initial_cache(source, max_length=max_length)}
 
 
 def check_token_ids(x, name):

@@ -1,0 +1,127 @@
+"""The image encoder of the captioners: images -> L = h * w annotation vectors a_i (Xu et al. 2015, section
+3.1.1: "the encoder ... extracts L vectors, each a D-dimensional representation of a part of the image").
+
+Default: a small CNN trained from scratch (works offline). Option: a ``keras.applications`` backbone by name,
+with ``weights=None``, ``"imagenet"`` (for users who are online) or a local weights file, frozen or fine-tuned.
+
+Backend-agnostic (``keras.ops`` only).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from attnlayers import PositionEmbedding
+from attnlayers.validation import positive_int
+
+PACKAGE = "attnlayers.captioning"
+
+# keras.applications backbones this encoder knows how to preprocess: class name -> module of preprocess_input.
+BACKBONES = {
+    "MobileNet": "mobilenet", "MobileNetV2": "mobilenet_v2", "MobileNetV3Small": "mobilenet_v3",
+    "MobileNetV3Large": "mobilenet_v3", "ResNet50": "resnet", "ResNet101": "resnet", "ResNet50V2": "resnet_v2",
+    "VGG16": "vgg16", "VGG19": "vgg19", "InceptionV3": "inception_v3", "Xception": "xception",
+    "EfficientNetB0": "efficientnet", "EfficientNetB1": "efficientnet", "DenseNet121": "densenet",
+    "ConvNeXtTiny": "convnext",
+}
+
+
+def check_images(images, name="images"):
+    """``images`` as a tensor of shape (B, H, W, 3) (uint8 0..255 or float); else a ValueError."""
+    x = ops.convert_to_tensor(images)
+    if len(x.shape) != 4 or x.shape[-1] != 3:
+        raise ValueError(
+            f"`{name}` must be RGB images of shape (batch, height, width, 3); received shape {tuple(x.shape)}."
+        )
+    return x
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ImageEncoder(keras.layers.Layer):
+    """CNN feature map -> annotation vectors: (B, S, S, 3) images -> (B, L, D), L = h * w.
+
+    Args:
+        image_size: S, the side of the square input images (the pipeline and the export resize to it).
+        backbone: "small" (default: ``len(filters)`` blocks of two 3x3 ReLU convolutions and a 2x2 max-pool,
+            trained from scratch; a 64-pixel image gives an 8 x 8 grid of ``filters[-1]`` features) or the
+            class name of a ``keras.applications`` model (a key of :data:`BACKBONES`), used without its top.
+        filters: the small CNN's channels per block.
+        weights: the backbone's weights: None (random), "imagenet" (downloads: online users only) or the path
+            of a local weights file. Ignored by the small CNN.
+        fine_tune: train the backbone's weights (False: frozen, a fixed feature extractor).
+        position_embedding: add a learned embedding of the grid position to every a_i. The small CNN's
+            features carry little absolute position, which a caption that orders objects left to right needs;
+            a deep backbone's padding effects carry some.
+
+    Call arguments:
+        images: (B, S, S, 3), uint8 0..255 or float in the same range.
+        training: dropout / batch-norm mode of the backbone.
+
+    Returns:
+        (B, L, D) annotation vectors a_1 .. a_L, row-major over the (h, w) grid (:attr:`grid_shape`).
+    """
+
+    def __init__(self, image_size=64, backbone="small", filters=(32, 64, 128), weights=None, fine_tune=False,
+                 position_embedding=True, **kwargs):
+        super().__init__(**kwargs)
+        self.image_size = positive_int(image_size, "image_size")
+        self.backbone_name, self.weights_source, self.fine_tune = backbone, weights, bool(fine_tune)
+        self.filters = tuple(positive_int(f, "filters") for f in filters)
+        self.use_position_embedding = bool(position_embedding)
+        if backbone == "small":
+            if image_size % 2 ** len(self.filters):
+                raise ValueError(f"`image_size` ({image_size}) must be divisible by 2**len(filters) "
+                                 f"({2 ** len(self.filters)}) for the small CNN.")
+            self.layers_ = []
+            for i, f in enumerate(self.filters):
+                self.layers_ += [keras.layers.Conv2D(f, 3, padding="same", activation="relu", name=f"conv{i}a"),
+                                 keras.layers.Conv2D(f, 3, padding="same", activation="relu", name=f"conv{i}b"),
+                                 keras.layers.MaxPooling2D(2, name=f"pool{i}")]
+            self.preprocess = None
+        elif backbone in BACKBONES:
+            model = getattr(keras.applications, backbone)(include_top=False, weights=weights,
+                                                          input_shape=(image_size, image_size, 3))
+            model.trainable = self.fine_tune
+            self.layers_ = [model]
+            self.preprocess = getattr(keras.applications, BACKBONES[backbone]).preprocess_input
+        else:
+            raise ValueError(f"Unknown backbone {backbone!r}; expected 'small' or one of {sorted(BACKBONES)}.")
+        self.position_embedding, self._grid = None, None
+
+    @property
+    def grid_shape(self):
+        """(h, w) of the feature map (None before the layer is built)."""
+        return self._grid
+
+    def build(self, images_shape=None):
+        shape = (None, self.image_size, self.image_size, 3)
+        for layer in self.layers_:
+            layer.build(shape)
+            shape = layer.compute_output_shape(shape)
+        self._grid, self.feature_dim = (int(shape[1]), int(shape[2])), int(shape[3])
+        if self.use_position_embedding:
+            self.position_embedding = PositionEmbedding(self._grid[0] * self._grid[1], name="grid_position")
+            self.position_embedding.build((None, self._grid[0] * self._grid[1], self.feature_dim))
+
+    def call(self, images, training=None):
+        x = check_images(images)
+        if x.shape[1] is not None and (x.shape[1], x.shape[2]) != (self.image_size, self.image_size):
+            raise ValueError(f"`images` must be {self.image_size} x {self.image_size} (resize them first); "
+                             f"received shape {tuple(x.shape)}.")
+        x = ops.cast(x, self.compute_dtype)
+        x = x / 255.0 if self.preprocess is None else self.preprocess(x)
+        for layer in self.layers_:
+            x = layer(x, training=training and self.fine_tune if self.preprocess is not None else training)
+        a = ops.reshape(x, (ops.shape(x)[0], self._grid[0] * self._grid[1], self.feature_dim))  # (B, L, D)
+        if self.position_embedding is not None:
+            a = a + ops.cast(self.position_embedding(a), a.dtype)
+        return a
+
+    def compute_output_shape(self, images_shape):
+        return (images_shape[0], self._grid[0] * self._grid[1], self.feature_dim)
+
+    def get_config(self):
+        return {**super().get_config(), "image_size": self.image_size, "backbone": self.backbone_name,
+                "filters": list(self.filters), "weights": self.weights_source, "fine_tune": self.fine_tune,
+                "position_embedding": self.use_position_embedding}

@@ -1,0 +1,322 @@
+"""Captioning models on one generation contract (``applications.core.Seq2SeqGenerator`` over images):
+
+- :class:`ShowAttendTell`: Xu et al. (2015), an LSTM that attends over the annotation vectors at every word,
+  with soft (section 4.2) or hard (section 4.1, REINFORCE or Gumbel straight-through) attention;
+- :class:`ShowAndTell`: the no-attention baseline (Vinyals et al. 2015, with the mean annotation fed at every
+  step), the same encoder, embedding and output.
+
+``model((images (B, S, S, 3) uint8, caption_in (B, T) int))`` -> logits (B, T, V), teacher forced
+(``caption_in`` = [start] + words, the targets ``caption_out`` = words + [end]); ``model.generate(images)``
+decodes (greedy / beam / sampling); ``model.attention_maps(images, caption_in)`` -> (B, T, L).
+
+Backend-agnostic (``keras.ops`` only).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from attnlayers import AdditiveScore, Attention, BahdanauDecoder, HardAttention, ReinforceLoss
+from attnlayers.validation import is_number, one_of, positive_int, rate_in_unit_interval
+
+from ..core.generation import Seq2SeqGenerator, check_token_ids
+from ..core.losses import MaskedCrossEntropy
+from ..core.metrics import MaskedAccuracy
+from .encoder import PACKAGE, ImageEncoder, check_images
+
+ATTENTIONS = ("soft", "hard")
+
+
+def next_tokens(caption_in, pad_token_id, end_token_id):
+    """The teacher-forcing targets of ``caption_in`` = [start] + words: words + [end], padded (B, T) int32."""
+    caption_in = ops.cast(caption_in, "int32")
+    following = ops.concatenate([caption_in[:, 1:], ops.full_like(caption_in[:, :1], pad_token_id)], axis=1)
+    last = ops.logical_and(ops.not_equal(caption_in, pad_token_id), ops.equal(following, pad_token_id))
+    return ops.where(last, end_token_id, following)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ShowAttendTellDecoder(BahdanauDecoder):
+    """The attention LSTM of Show, Attend and Tell (Xu et al. 2015), one step t::
+
+        e_ti = f_att(a_i, h_{t-1}),  alpha_t = softmax(e_t)                    (eq. 4, 5)
+        z_t  = beta_t * phi({a_i}, {alpha_i}),  beta_t = sigmoid(f_beta(h_{t-1}))  (section 4.2.1, the selector)
+        h_t, c_t = LSTM([E y_{t-1}; z_t], h_{t-1}, c_t-1)                     (eq. 1-3)
+        output_t = [h_t; z_t]
+
+    phi is the soft expectation sum_i alpha_ti a_i (eq. 13, with ``Attention``) or, with ``HardAttention``,
+    a sampled a_{s_t}, s_t ~ Multinoulli(alpha_t) (eq. 8-9). In training a hard decoder uses the attention
+    layer's inference weights (the expectation alpha, with ``HardAttention(inference="expectation")``) instead
+    of the sample with probability ``expected_context_rate`` per example and step, as Xu et al. do "with
+    probability 0.5" (section 4.1); those steps contribute no score-function term (their log-probability is
+    returned as 0) and train the scorer through the soft context.
+
+    Args:
+        units: the LSTM's size.
+        attention: an attnlayers attention layer over the annotations (default: soft ``Attention`` with the
+            additive score).
+        selector: use the gating scalar beta_t.
+        expected_context_rate: (hard attention) probability of the expected context in training, in [0, 1].
+        cell: "lstm" (default, the paper's) or another single cell (see ``BahdanauDecoder``).
+
+    Call arguments and returns as :class:`~attnlayers.BahdanauDecoder` (outputs (B, T, units + D)).
+    """
+
+    default_cell = "lstm"
+
+    def __init__(self, units=None, attention=None, cell=None, selector=True, expected_context_rate=0.5, **kwargs):
+        super().__init__(units, attention, cell, **kwargs)
+        if isinstance(self.cell, keras.layers.StackedRNNCells):
+            raise ValueError("ShowAttendTellDecoder needs a single cell (its query is h_{t-1}); received a "
+                             "StackedRNNCells.")
+        self.use_selector = bool(selector)
+        if not is_number(expected_context_rate) or not 0.0 <= expected_context_rate <= 1.0:
+            raise ValueError("`expected_context_rate` must be a number in [0, 1]; received "
+                             f"expected_context_rate={expected_context_rate!r}.")
+        self.expected_context_rate = float(expected_context_rate)
+        self.selector = keras.layers.Dense(1, name="selector") if self.use_selector else None
+
+    def build(self, target_embeddings_shape=None, memory_shape=None):
+        super().build(target_embeddings_shape, memory_shape)
+        if self.selector is not None and not self.selector.built:
+            self.selector.build((None, self.units))
+
+    def _step(self, y_prev, cache, index, training, return_sample=False):
+        states = cache["states"]
+        h_prev = states[0]  # the LSTM's h_{t-1} (a GRU's only state)
+        context, weights, sample = self._attend(h_prev, cache, index, training, return_sample)  # eq. 4-5, 8-9
+        if training and self.attention.stochastic and self.expected_context_rate > 0:
+            # Xu et al. section 4.1: with probability 0.5 the expected context instead of the sample.
+            expected_context, alpha, _ = self._attend(h_prev, cache, index, training=False)
+            use_expectation = keras.random.uniform((ops.shape(h_prev)[0], 1), seed=self.attention.seed_generator)
+            use_expectation = use_expectation < self.expected_context_rate  # (B, 1)
+            context = ops.where(use_expectation, expected_context, context)
+            weights = ops.where(use_expectation, alpha, weights)
+            if sample is not None:
+                sample = {"log_prob": ops.where(use_expectation[:, 0], 0.0, sample["log_prob"]),
+                          "entropy": sample["entropy"]}
+        if self.selector is not None:
+            beta = ops.sigmoid(ops.cast(self.selector(h_prev), context.dtype))  # (B, 1), section 4.2.1
+            context = beta * context
+        h, new_states = self._run_cell(ops.concatenate([ops.cast(y_prev, self.compute_dtype), context], -1),
+                                       states, training)  # eq. 1-3
+        output = ops.concatenate([ops.cast(h, self.compute_dtype), context], axis=-1)
+        return output, {"states": new_states}, weights, sample
+
+    def get_config(self):
+        return {**super().get_config(), "selector": self.use_selector,
+                "expected_context_rate": self.expected_context_rate}
+
+
+class _Captioner(Seq2SeqGenerator):
+    """What the RNN captioners share: the encoder, the word embedding E, the initial state from the mean
+    annotation, and the deep output layer (Xu et al. eq. 7):
+    ``p(y_t) ~ exp(L_o tanh(E y_{t-1} + L_h h_t + L_z z_t))`` (the tanh as in the authors' code)."""
+
+    default_max_length = 24
+
+    def __init__(self, vocabulary_size, *, image_size=64, backbone="small", filters=(32, 64, 128),
+                 backbone_weights=None, fine_tune=False, position_embedding=True, embedding_dim=128, units=256,
+                 dropout=0.3, pad_token_id=0, start_token_id=1, end_token_id=2, **kwargs):
+        super().__init__(pad_token_id=pad_token_id, start_token_id=start_token_id, end_token_id=end_token_id,
+                         **kwargs)
+        self.vocabulary_size = positive_int(vocabulary_size, "vocabulary_size")
+        self.embedding_dim, self.units = positive_int(embedding_dim, "embedding_dim"), positive_int(units, "units")
+        self.dropout_rate = rate_in_unit_interval(dropout, "dropout")
+        self.encoder_config = dict(image_size=image_size, backbone=backbone, filters=tuple(filters),
+                                   weights=backbone_weights, fine_tune=fine_tune,
+                                   position_embedding=position_embedding)
+        self.encoder = ImageEncoder(**self.encoder_config, name="encoder")
+        self.embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, name="embedding")  # E
+        # h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i): one tanh layer each (section 3.1.2).
+        self.init_h = keras.layers.Dense(units, activation="tanh", name="init_h")
+        self.init_c = keras.layers.Dense(units, activation="tanh", name="init_c")
+        self.output_h = keras.layers.Dense(embedding_dim, name="L_h")
+        self.output_z = keras.layers.Dense(embedding_dim, use_bias=False, name="L_z")
+        self.output_layer = keras.layers.Dense(vocabulary_size, name="L_o")
+        self.dropout = keras.layers.Dropout(dropout)
+
+    # -- shared pieces ---------------------------------------------------------------------------------------
+
+    def check_source(self, inputs):
+        return check_images(inputs)
+
+    @property
+    def grid_shape(self):
+        return self.encoder.grid_shape
+
+    def encode(self, images, training=None):
+        """(B, S, S, 3) -> annotations (B, L, D) and the initial LSTM state [h_0, c_0], each (B, units)."""
+        annotations = self.encoder(check_images(images), training=training)
+        mean = ops.mean(annotations, axis=1)
+        return annotations, [self.init_h(mean), self.init_c(mean)]
+
+    def _logits(self, y_prev, output, training=None):
+        """Deep output (eq. 7): y_prev (..., E), output [h_t; z_t] (..., units + D) -> logits (..., V)."""
+        h, z = output[..., : self.units], output[..., self.units:]
+        hidden = ops.tanh(y_prev + self.output_h(self.dropout(h, training=training)) + self.output_z(z))
+        return self.output_layer(self.dropout(hidden, training=training))
+
+    def _split(self, inputs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+            raise ValueError("Captioners are called on `(images, caption_in)`: (B, S, S, 3) images and (B, T) "
+                             f"int token ids; received {type(inputs).__name__}.")
+        return check_images(inputs[0]), check_token_ids(inputs[1], "caption_in")
+
+    def compile_for_captioning(self, learning_rate=1e-3, label_smoothing=0.0, clipnorm=5.0, **kwargs):
+        """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy` (pad masked)."""
+        self.compile(optimizer=keras.optimizers.Adam(learning_rate, clipnorm=clipnorm),
+                     loss=MaskedCrossEntropy(label_smoothing, pad_token_id=self.pad_token_id),
+                     metrics=[MaskedAccuracy(pad_token_id=self.pad_token_id)], **kwargs)
+
+    def get_config(self):
+        encoder = dict(self.encoder_config)
+        encoder["backbone_weights"] = encoder.pop("weights")
+        encoder["filters"] = list(encoder["filters"])
+        return {**super().get_config(), "vocabulary_size": self.vocabulary_size, **encoder,
+                "embedding_dim": self.embedding_dim, "units": self.units, "dropout": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ShowAttendTell(_Captioner):
+    """Show, Attend and Tell (Xu et al. 2015): :class:`ImageEncoder` + :class:`ShowAttendTellDecoder` + the
+    deep output, trained with the doubly stochastic regularisation (eq. 14) and, for REINFORCE hard attention,
+    the score-function loss (eq. 11-13) through ``attnlayers.ReinforceLoss``, all inside ``model.fit``.
+
+    Args:
+        vocabulary_size: V (special ids: ``pad_token_id`` 0, ``start_token_id`` 1, ``end_token_id`` 2).
+        attention: "soft" (section 4.2) or "hard" (section 4.1).
+        estimator: (hard) "reinforce" (the paper's; moving-average baseline, entropy bonus) or "gumbel"
+            (straight-through Gumbel-softmax, no extra loss).
+        inference: (hard) the weights used when not training: "expectation" (alpha, as the authors' code does
+            at test time) or "argmax" (the most likely location).
+        doubly_stochastic: lambda of eq. 14, ``lambda * sum_i (1 - sum_t alpha_ti)^2`` per caption (t over its
+            real words), divided by L (as common implementations do, so that lambda does not grow with the
+            grid) and averaged over the batch; 0 turns it off.
+        entropy_weight, baseline_decay: (REINFORCE) lambda_e of eq. 13 and the decay of the baseline.
+        selector, expected_context_rate: see :class:`ShowAttendTellDecoder`.
+        image_size, backbone, filters, backbone_weights, fine_tune, position_embedding: the
+            :class:`ImageEncoder`'s (``backbone_weights`` is its ``weights``).
+        embedding_dim, units, dropout: E, the LSTM's size, dropout on h_t and the deep output.
+        seed: seed of the hard attention's samples.
+
+    Call: ``model((images (B, S, S, 3), caption_in (B, T)))`` -> logits (B, T, V).
+    """
+
+    def __init__(self, vocabulary_size, *, attention="soft", estimator="reinforce", inference="expectation",
+                 doubly_stochastic=1.0, entropy_weight=0.01, baseline_decay=0.9, selector=True,
+                 expected_context_rate=0.5, seed=None, **kwargs):
+        super().__init__(vocabulary_size, **kwargs)
+        self.attention_type = one_of(attention, "attention", ATTENTIONS)
+        self.estimator, self.inference, self.seed = estimator, inference, seed
+        self.doubly_stochastic = float(doubly_stochastic)
+        if self.doubly_stochastic < 0:
+            raise ValueError(f"`doubly_stochastic` must be >= 0; received {doubly_stochastic!r}.")
+        self.entropy_weight, self.baseline_decay = entropy_weight, baseline_decay
+        score = AdditiveScore(self.units, name="f_att")
+        if attention == "soft":
+            layer = Attention(score=score, name="attention")
+        else:
+            layer = HardAttention(score=score, estimator=estimator, inference=inference, seed=seed,
+                                  name="attention")
+        self.decoder = ShowAttendTellDecoder(self.units, layer, selector=selector,
+                                             expected_context_rate=expected_context_rate, name="decoder")
+        self.reinforce = (ReinforceLoss(baseline_decay, entropy_weight, name="reinforce")
+                          if attention == "hard" and estimator == "reinforce" else None)
+
+    @property
+    def sampled(self):
+        """True when training samples the attention and needs the REINFORCE loss."""
+        return self.reinforce is not None
+
+    def _decode(self, images, caption_in, training=None, return_sample=False):
+        annotations, state = self.encode(images, training=training)
+        y = self.embedding(caption_in)
+        result = self.decoder(self.dropout(y, training=training), annotations, initial_state=state,
+                              return_attention_scores=True, return_sample=return_sample, training=training)
+        return (y,) + tuple(result)
+
+    def call(self, inputs, training=None):
+        images, caption_in = self._split(inputs)
+        sampled = bool(training) and self.sampled
+        y, outputs, alpha, *sample = self._decode(images, caption_in, training, return_sample=sampled)
+        logits = self._logits(y, outputs, training=training)
+        step_mask = ops.not_equal(caption_in, self.pad_token_id)  # (B, T) real words (+ the start token)
+        if training and self.doubly_stochastic > 0:
+            # eq. 14: lambda * sum_i (1 - sum_t alpha_ti)^2 over the caption's real steps, divided by L.
+            coverage = ops.sum(ops.cast(alpha, "float32") * ops.cast(step_mask, "float32")[..., None], axis=1)
+            self.add_loss(self.doubly_stochastic * ops.mean(ops.square(1.0 - coverage)))
+        if sampled:
+            # REINFORCE (eq. 11-13): the reward is minus the caption's mean word log-loss.
+            targets = next_tokens(caption_in, self.pad_token_id, self.end_token_id)
+            step_loss = keras.losses.sparse_categorical_crossentropy(targets, ops.cast(logits, "float32"),
+                                                                     from_logits=True)
+            mask = ops.cast(step_mask, "float32")
+            per_example = ops.sum(step_loss * mask, axis=-1) / ops.maximum(ops.sum(mask, axis=-1), 1.0)
+            self.reinforce(per_example, sample[0], step_mask=step_mask, training=training)
+        return logits
+
+    def initial_cache(self, images, max_length=None):
+        annotations, state = self.encode(images)
+        if not self.decoder.built:  # decoding before any teacher-forced call
+            self.decoder.build((None, None, self.embedding_dim), tuple(annotations.shape))
+        return self.decoder.initial_cache(annotations, initial_state=state)
+
+    def next(self, tokens, cache, index):
+        y = self.embedding(ops.take(tokens, index - 1, axis=1))
+        output, cache, _ = self.decoder.step(y, cache, index - 1)
+        return self._logits(y, output), cache
+
+    def attention_maps(self, images, caption_in):
+        """(B, T, L) attention weights under teacher forcing (inference weights: hard attention's
+        ``inference``); row t is the map used to predict word t of ``caption_out``."""
+        images, caption_in = check_images(images), check_token_ids(caption_in, "caption_in")
+        return self._decode(images, caption_in)[2]
+
+    def get_config(self):
+        return {**super().get_config(), "attention": self.attention_type, "estimator": self.estimator,
+                "inference": self.inference, "doubly_stochastic": self.doubly_stochastic,
+                "entropy_weight": self.entropy_weight, "baseline_decay": self.baseline_decay,
+                "selector": self.decoder.use_selector, "expected_context_rate": self.decoder.expected_context_rate,
+                "seed": self.seed}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ShowAndTell(_Captioner):
+    """The no-attention baseline with the same encoder, embedding and deep output: the mean annotation
+    abar = mean_i a_i initialises the LSTM and is fed at every step, ``h_t = LSTM([E y_{t-1}; abar])``, and
+    the output is ``[h_t; abar]`` (one vector must summarise the whole image, the setting attention improves).
+
+    Args: as :class:`ShowAttendTell`'s shared ones (vocabulary_size, encoder, embedding_dim, units, dropout).
+
+    Call: ``model((images (B, S, S, 3), caption_in (B, T)))`` -> logits (B, T, V).
+    """
+
+    def __init__(self, vocabulary_size, **kwargs):
+        super().__init__(vocabulary_size, **kwargs)
+        self.cell = keras.layers.LSTMCell(self.units, name="cell")
+        self.rnn = keras.layers.RNN(self.cell, return_sequences=True, name="decoder")
+
+    def call(self, inputs, training=None):
+        images, caption_in = self._split(inputs)
+        annotations, state = self.encode(images, training=training)
+        mean = ops.mean(annotations, axis=1)
+        y = self.embedding(caption_in)
+        fed = ops.repeat(ops.expand_dims(mean, 1), ops.shape(y)[1], axis=1)  # abar at every step
+        h = self.rnn(ops.concatenate([self.dropout(y, training=training), fed], -1), initial_state=state,
+                     training=training)
+        return self._logits(y, ops.concatenate([h, fed], -1), training=training)
+
+    def initial_cache(self, images, max_length=None):
+        annotations, state = self.encode(images)
+        return {"states": state, "mean": ops.mean(annotations, axis=1)}
+
+    def next(self, tokens, cache, index):
+        y = self.embedding(ops.take(tokens, index - 1, axis=1))
+        h, states = self.cell(ops.concatenate([y, cache["mean"]], -1), cache["states"])
+        logits = self._logits(y, ops.concatenate([h, cache["mean"]], -1))
+        return logits, {"states": keras.tree.flatten(states), "mean": cache["mean"]}
+
+    def attention_maps(self, images, caption_in):
+        return None

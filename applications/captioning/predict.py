@@ -1,0 +1,109 @@
+"""A trained captioner on a ``CaptionSet``: captions (greedy / beam search), the metrics of ``evaluate``
+(BLEU-1..4, CIDEr, exact match, attention localization) and the paper's attention pictures.
+
+    captions = caption_images(model, splits.test.images, vocabulary, strategy=BeamSearch(3))
+    metrics = evaluate_captioner(model, splits.test, vocabulary)      # {"BLEU-4": ..., "localization": ...}
+    plot_captions(model, splits.test, vocabulary, "out/attention.png")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from attnlayers.decoding import get_strategy
+
+from . import evaluate
+from .data.pipeline import encode_captions
+
+
+def load_images(caption_set, image_size):
+    """``caption_set`` with its image files decoded, made RGB and resized: ``images`` uint8 (N, S, S, 3)."""
+    import tensorflow as tf
+
+    if caption_set.images is not None:
+        return caption_set
+    images = np.zeros((len(caption_set), image_size, image_size, 3), np.uint8)
+    for i, path in enumerate(caption_set.image_paths):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        image = tf.image.resize(tf.cast(image, tf.float32), (image_size, image_size), antialias=True)
+        images[i] = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8).numpy()
+    return dataclasses.replace(caption_set, images=images, image_paths=None)
+
+
+def caption_images(model, images, vocabulary, *, strategy="greedy", max_length=None, batch_size=100):
+    """Captions of ``images`` (N, S, S, 3) uint8 as strings (the best beam for beam search)."""
+    import tensorflow as tf
+
+    strategy = get_strategy(strategy)
+    max_length = model.generation_length(max_length)
+    decode = tf.function(lambda x: model.generate(x, max_length, strategy).tokens, autograph=False)
+    captions = []
+    for start in range(0, len(images), batch_size):
+        tokens = decode(tf.constant(images[start : start + batch_size])).numpy()
+        tokens = tokens[:, 0] if tokens.ndim == 3 else tokens  # beam search: (B, k, L) -> the best
+        captions += [vocabulary.decode(row) for row in tokens]
+    return captions
+
+
+def teacher_forced_attention(model, caption_set, vocabulary, *, max_length=24, batch_size=200):
+    """Per image, the (T_n, L) attention of teacher forcing on its first reference caption: row t predicted
+    word t (T_n = the caption's words; the [end] step left out). None for a model without attention."""
+    image_index, caption_in, _ = encode_captions(caption_set, vocabulary, max_length=max_length)
+    caption_in = caption_in[np.unique(image_index, return_index=True)[1]]  # the first reference of each image
+    maps = []
+    for start in range(0, len(caption_set), batch_size):
+        batch = model.attention_maps(caption_set.images[start : start + batch_size],
+                                     caption_in[start : start + batch_size])
+        if batch is None:
+            return None
+        maps.append(np.asarray(batch, dtype="float32"))
+    maps = np.concatenate(maps)
+    lengths = (caption_in != vocabulary.pad_token_id).sum(1) - 1  # words (the start token fed them)
+    return [m[:n] for m, n in zip(maps, lengths)]
+
+
+def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max_length=None):
+    """BLEU-1..4 and CIDEr (``evaluate.caption_metrics``), exact match, and, when ``caption_set`` has object
+    boxes and the model attention, the localization of object words (teacher forcing on the reference).
+
+    Returns:
+        ``{"BLEU-1".., "CIDEr", "exact_match", "localization", "localization_words", "captions": [...]}``.
+    """
+    hypotheses = caption_images(model, caption_set.images, vocabulary, strategy=strategy, max_length=max_length)
+    result = {**evaluate.caption_metrics(hypotheses, caption_set.captions),
+              "exact_match": evaluate.exact_match(hypotheses, caption_set.captions)}
+    if caption_set.objects is not None:
+        maps = teacher_forced_attention(model, caption_set, vocabulary, max_length=model.generation_length(None))
+        if maps is not None:
+            boxes = [[o.box for o in objects] for objects in caption_set.objects]
+            hard = getattr(model, "attention_type", None) == "hard"
+            image_size = caption_set.images.shape[1:3]
+            found = evaluate.attention_localization(maps, model.grid_shape, image_size, boxes,
+                                                    caption_set.word_objects, hard=hard)
+            result["localization"], result["localization_words"] = found["localization"], found["words"]
+    result["captions"] = hypotheses
+    return result
+
+
+def plot_captions(model, caption_set, vocabulary, path, *, index=0, strategy="greedy", max_length=None):
+    """The paper's figure for image ``index``: the image and, per generated word, its attention map upsampled
+    over the image (hard attention: the sampled cell marked). Returns the path, or None without attention."""
+    import tensorflow as tf
+
+    from attnlayers.visualize import plot_image_attention
+
+    image = caption_set.images[index : index + 1]
+    max_length = model.generation_length(max_length)
+    tokens = model.generate(tf.constant(image), max_length, get_strategy(strategy)).tokens.numpy()
+    tokens = tokens[:, 0] if tokens.ndim == 3 else tokens
+    words = vocabulary.decode(tokens[0]).split()
+    maps = model.attention_maps(image, tokens[:, : len(words) + 1])
+    if maps is None:
+        return None
+    maps = np.asarray(maps)[0, : len(words)]
+    plot_image_attention(image[0], words, maps, grid_shape=model.grid_shape, path=str(path),
+                         sampled=getattr(model, "attention_type", None) == "hard",
+                         title=f"reference: {caption_set.captions[index][0]}")
+    return str(path)

@@ -1,0 +1,196 @@
+"""Train, evaluate and export an image captioner from attnlayers.applications.captioning.
+
+    python examples/train_captioning.py --attention soft --data scenes --minutes 10
+    python examples/train_captioning.py --attention hard --data scenes --epochs 20
+    python examples/train_captioning.py --attention none --data flickr8k:~/Flickr8k --encoder MobileNetV2 \
+        --encoder-weights imagenet --image-size 224
+
+Models: soft / hard attention (Show, Attend and Tell; hard attention trained with REINFORCE, or Gumbel
+straight-through with --estimator gumbel) and "none" (the same encoder and LSTM without attention). Data:
+"scenes" (generated images of shapes with known object boxes; nothing to install), "scenes:NUM_TRAIN",
+"flickr8k:DIR" or "coco:DIR" (see docs/captioning-data.md).
+
+At the end the script restores the epoch of lowest validation loss, prints BLEU-1..4, CIDEr, exact match and
+(on scenes, for models with attention) the share of object words whose attention peak lies inside the
+object's box, writes the paper's attention picture for a few test images, exports a `caption` SavedModel
+(uint8 images in, strings out) that loads with TensorFlow only, and says how long each phase took. Training
+logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same command again after an
+interruption and training resumes (keras.callbacks.BackupAndRestore).
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
+
+PROG = os.path.basename(__file__)
+ATTENTIONS = ("soft", "hard", "none")
+
+
+class UsageError(Exception):
+    """A problem with the command line or the data that the user can fix: one line, exit status 2."""
+
+
+def parse_args(argv=None):
+    from attnlayers.applications import core
+
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--attention", choices=ATTENTIONS, default="soft",
+                        help="soft / hard attention (Show, Attend and Tell) or none (default: soft)")
+    parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
+                        help="hard attention's gradient estimator (default: reinforce, the paper's)")
+    parser.add_argument("--data", default="scenes", help="scenes | scenes:NUM_TRAIN | flickr8k:DIR | coco:DIR")
+    parser.add_argument("--encoder", default="small",
+                        help="small (a CNN trained from scratch, default) or a keras.applications class name, "
+                             "e.g. MobileNetV2")
+    parser.add_argument("--encoder-weights", default=None,
+                        help="the backbone's weights: imagenet (downloads) or a local weights file (default: "
+                             "random)")
+    parser.add_argument("--fine-tune", action="store_true", help="train the backbone too (default: frozen)")
+    parser.add_argument("--image-size", type=int, default=64, help="images are resized to this square side")
+    parser.add_argument("--epochs", type=int, default=30, help="passes over the training captions (default 30)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="wall-clock budget for training only (evaluation, pictures and export come after)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-length", type=int, default=20, help="longest caption in tokens, [start] / [end] "
+                                                                   "included; longer captions are cut and counted")
+    parser.add_argument("--beam-size", type=int, default=3, help="k of the beam search (default 3; 1 = greedy)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--num-test", type=int, default=1000, help="held-out test images (default 1000)")
+    parser.add_argument("--num-validation", type=int, default=500, help="validation images (default 500)")
+    parser.add_argument("--min-count", type=int, default=None,
+                        help="words seen fewer times become <unk> (default: 1 on scenes, 5 otherwise)")
+    core.add_runtime_arguments(parser)
+    parser.add_argument("--seed", type=int, default=0, help="data, shuffling and initialization seed")
+    parser.add_argument("--out", default=None, help="output directory (default artifacts/captioning/ATTENTION-DATA)")
+    parser.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
+                        help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
+    args = parser.parse_args(argv)
+    for flag in ("epochs", "batch_size", "beam_size", "image_size", "num_test", "num_validation"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.max_length < 3:
+        parser.error("--max-length must be at least 3 ([start], a word, [end])")
+    if args.minutes is not None and not args.minutes > 0:
+        parser.error("--minutes must be a positive number")
+    return args
+
+
+def load_data(args):
+    """Reads or generates and splits the data; problems the user can fix raise UsageError (one line)."""
+    from attnlayers.applications.captioning import data
+
+    try:
+        if args.data.startswith("scenes"):  # generated at the model's size, so that the boxes match
+            scheme, _, count = args.data.partition(":")
+            if scheme != "scenes" or (count and not count.isdigit()):
+                raise UsageError(f"--data {args.data}: expected scenes or scenes:NUM_TRAIN")
+            splits = data.load_scenes(int(count or 8000), args.num_validation, args.num_test,
+                                      image_size=args.image_size, seed=args.seed)
+        else:
+            splits = data.parse_data_argument(os.path.expanduser(args.data), num_test=args.num_test,
+                                              num_validation=args.num_validation, seed=args.seed)
+        min_count = args.min_count or (1 if args.data.startswith("scenes") else 5)
+        vocabulary = data.CaptionVocabulary.build(splits.train, min_count=min_count)
+    except (OSError, ValueError) as error:
+        if isinstance(error, OSError) and error.filename:
+            raise UsageError(f"{error.filename}: {error.strerror or error}") from None
+        raise UsageError(" ".join(str(error).split())) from None
+    return splits, vocabulary
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run(args):
+    import keras
+
+    from attnlayers import BeamSearch
+    from attnlayers.applications import core
+    from attnlayers.applications.captioning import ShowAndTell, ShowAttendTell, data, predict
+    from attnlayers.applications.captioning.export import export_captioner
+
+    try:  # before any other TensorFlow op (a multi-worker strategy must come first)
+        strategy = core.runtime_from_args(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    keras.utils.set_random_seed(args.seed)
+    splits, vocabulary = load_data(args)
+    name = f"{args.attention}-{args.data.split(':')[0]}"
+    out = args.out or os.path.join("artifacts", "captioning", name)
+    cut = data.count_truncated(splits.train, vocabulary, max_length=args.max_length)
+    print(f"data: {args.data}, {len(splits.train)} train / {len(splits.validation)} validation / "
+          f"{len(splits.test)} test images; {vocabulary.vocabulary_size} tokens; {cut['captions']} of "
+          f"{cut['total']} training captions cut at --max-length {args.max_length}")
+    options = dict(batch_size=args.batch_size, image_size=args.image_size, max_length=args.max_length)
+    train = data.make_dataset(splits.train, vocabulary, seed=args.seed, **options)
+    validation = data.make_dataset(splits.validation, vocabulary, shuffle=False, **options)
+    test = splits.test if splits.test.images is not None else predict.load_images(splits.test, args.image_size)
+
+    encoder = dict(image_size=args.image_size, backbone=args.encoder, backbone_weights=args.encoder_weights,
+                   fine_tune=args.fine_tune)
+    with strategy.scope():
+        try:
+            if args.attention == "none":
+                model = ShowAndTell(vocabulary.vocabulary_size, name="show_and_tell", **encoder)
+            else:
+                model = ShowAttendTell(vocabulary.vocabulary_size, attention=args.attention,
+                                       estimator=args.estimator, seed=args.seed, name="show_attend_tell", **encoder)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        model.compile_for_captioning(args.learning_rate)
+        model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
+    print(f"model: {args.attention} attention, encoder {args.encoder} (grid {model.grid_shape}); "
+          f"{model.count_params():,} parameters; {core.describe_runtime(strategy)}")
+    callbacks = core.standard_callbacks(out, minutes=args.minutes, best=core.BestWeights("val_loss"))
+    decoding = "greedy" if args.beam_size == 1 else BeamSearch(args.beam_size)
+
+    def evaluate_model(model):
+        metrics = predict.evaluate_captioner(model, test, vocabulary, strategy=decoding,
+                                             max_length=args.max_length)
+        scores = {k: v for k, v in metrics.items() if k != "captions"}
+        print("\n| model | " + " | ".join(scores) + " |\n|---|" + "---|" * len(scores))
+        print(f"| {args.attention} | " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v)
+                                                  for v in scores.values()) + " |")
+        for caption, references in list(zip(metrics["captions"], test.captions))[:3]:
+            print(f"\n  reference: {references[0]}\n  model:     {caption}")
+        return metrics
+
+    def pictures(model, out):
+        paths = [predict.plot_captions(model, test, vocabulary, os.path.join(out, f"attention_{i}.png"), index=i,
+                                       strategy=decoding, max_length=args.max_length) for i in range(3)]
+        paths = [p for p in paths if p]
+        if paths:
+            print("wrote " + ", ".join(paths))
+        return paths
+
+    def export(model, out):
+        path = os.path.join(out, "captioner")
+        export_captioner(path, model, vocabulary, strategy=decoding, max_length=args.max_length)
+        print(f"exported {path}: tf.saved_model.load(path).caption(uint8 images)")
+        return path
+
+    record = {"attention": args.attention, "estimator": args.estimator, "data": args.data, "seed": args.seed,
+              "encoder": args.encoder, "image_size": args.image_size, "batch_size": args.batch_size,
+              "runtime": core.describe_runtime(strategy)}
+    result = core.run_recipe(
+        model, train, validation=validation, epochs=args.epochs, callbacks=callbacks, evaluate=evaluate_model,
+        pictures=None if args.attention == "none" else pictures, export=None if args.no_export else export,
+        out_dir=out, record=record, verbose=args.verbose, strategy=strategy,
+    )
+    print(f"results: {result['results_path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

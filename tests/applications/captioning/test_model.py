@@ -1,0 +1,197 @@
+"""The captioners: the selector gate and the doubly stochastic penalty against NumPy, weights that sum to one
+over the L locations, step-by-step decoding equal to teacher forcing, REINFORCE hard attention learning inside
+the Show-Attend-Tell decoder, a keras.applications backbone, serialization and bad input."""
+
+import keras
+import numpy as np
+import pytest
+from attnlayers import Attention, HardAttention, ReinforceLoss
+from attnlayers.applications.captioning import ImageEncoder, ShowAndTell, ShowAttendTell, ShowAttendTellDecoder
+from attnlayers.applications.captioning import next_tokens
+from keras import ops
+
+V = 12
+SMALL = dict(units=16, embedding_dim=8, filters=(4, 8), image_size=16, dropout=0.0)  # an 4 x 4 grid, L = 16
+
+
+def _batch(seed=0, batch=3, length=6):
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, (batch, 16, 16, 3)).astype("uint8")
+    caption_in = rng.integers(4, V, (batch, length)).astype("int32")
+    caption_in[:, 0] = 1
+    caption_in[0, 4:] = 0  # a shorter caption: padding at the end
+    return images, caption_in
+
+
+def _numpy(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def test_next_tokens_are_the_shifted_caption_with_end():
+    caption_in = np.array([[1, 5, 6, 0, 0], [1, 7, 7, 7, 7]])
+    np.testing.assert_array_equal(_numpy(next_tokens(caption_in, 0, 2)), [[5, 6, 2, 0, 0], [7, 7, 7, 7, 2]])
+
+
+def test_selector_gate_and_soft_context_against_numpy():
+    """z_t = sigmoid(w_beta . h_{t-1} + b) * sum_i alpha_ti a_i; the LSTM reads [E y_{t-1}; z_t]."""
+    keras.utils.set_random_seed(1)
+    decoder = ShowAttendTellDecoder(6, Attention(score="additive"))
+    rng = np.random.default_rng(0)
+    memory = rng.normal(size=(2, 5, 4)).astype("float32")
+    y = rng.normal(size=(2, 3, 7)).astype("float32")
+    h0, c0 = rng.normal(size=(2, 6)).astype("float32"), rng.normal(size=(2, 6)).astype("float32")
+    outputs, alpha = decoder(y, memory, initial_state=[h0, c0], return_attention_scores=True)
+    outputs, alpha = _numpy(outputs), _numpy(alpha)
+    np.testing.assert_allclose(alpha.sum(-1), 1.0, rtol=1e-5)  # weights sum to one over the L locations
+    w, b = (_numpy(v) for v in decoder.selector.weights)
+    beta = 1 / (1 + np.exp(-(h0 @ w + b)))  # (B, 1), step 0's gate reads h_0
+    z0 = beta * np.einsum("bs,bsd->bd", alpha[:, 0], memory)
+    np.testing.assert_allclose(outputs[:, 0, 6:], z0, rtol=1e-5, atol=1e-6)  # output_t = [h_t; z_t]
+    plain = ShowAttendTellDecoder(6, Attention(score="additive"), selector=False)
+    assert plain.selector is None and "selector" in plain.get_config()
+
+
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+def test_doubly_stochastic_penalty_against_numpy(attention):
+    """lambda * mean over (B, L) of (1 - sum_t m_t alpha_ti)^2 (Xu eq. 14, divided by L), t over real steps."""
+    keras.utils.set_random_seed(2)
+    model = ShowAttendTell(V, attention=attention, doubly_stochastic=0.7, expected_context_rate=1.0, seed=3,
+                           estimator="gumbel", **SMALL)
+    images, caption_in = _batch()
+    model((images, caption_in), training=True)
+    penalty = float(_numpy(model.losses[0]))
+    alpha = _numpy(model.attention_maps(images, caption_in))  # hard: the expectation, used at every step here
+    mask = (caption_in != 0).astype("float32")
+    expected = 0.7 * np.mean((1.0 - np.einsum("bt,bts->bs", mask, alpha)) ** 2)
+    assert penalty == pytest.approx(expected, rel=1e-5)
+    np.testing.assert_allclose(alpha.sum(-1), 1.0, rtol=1e-5)
+    model_without = ShowAttendTell(V, attention=attention, doubly_stochastic=0.0, estimator="gumbel", **SMALL)
+    model_without((images, caption_in), training=True)
+    assert not model_without.losses
+
+
+@pytest.mark.parametrize("make", [lambda: ShowAttendTell(V, **SMALL),
+                                  lambda: ShowAttendTell(V, attention="hard", **SMALL),
+                                  lambda: ShowAndTell(V, **SMALL)], ids=["soft", "hard", "none"])
+def test_step_by_step_decoding_equals_teacher_forcing(make):
+    keras.utils.set_random_seed(4)
+    model = make()
+    images, caption_in = _batch(batch=2)
+    caption_in[0, 4:] = 5
+    logits = _numpy(model((images, caption_in)))
+    cache = model.initial_cache(images)
+    for t in range(caption_in.shape[1]):
+        step, cache = model.next(caption_in, cache, t + 1)
+        np.testing.assert_allclose(_numpy(step), logits[:, t], rtol=1e-4, atol=1e-5)
+    result = model.generate(images, max_length=7)
+    tokens = _numpy(result.tokens)
+    assert tokens.shape == (2, 7) and (tokens[:, 0] == 1).all()
+
+
+def test_reinforce_hard_attention_learns_inside_the_show_attend_tell_decoder():
+    """A copy task: the decoder must attend to source position t at step t. With REINFORCE, its moving-average
+    baseline and the expected context half of the time (Xu et al. 4.1), it learns; the test model is argmax."""
+    vocabulary, length = 8, 5
+
+    class Copier(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.source = keras.layers.Embedding(vocabulary, 16)
+            self.positions = keras.layers.Embedding(length, 16)
+            self.target = keras.layers.Embedding(vocabulary, 16)
+            self.target_positions = keras.layers.Embedding(length, 16)
+            attention = HardAttention(score="general", estimator="reinforce", inference="argmax", seed=0)
+            self.decoder = ShowAttendTellDecoder(32, attention, cell="gru", selector=False)
+            self.project = keras.layers.Dense(vocabulary)
+            self.reinforce = ReinforceLoss(entropy_weight=0.001)
+
+        def call(self, inputs, training=None):
+            source, decoder_in, target = inputs
+            positions = ops.broadcast_to(self.positions(ops.arange(length)[None]), (ops.shape(source)[0], length, 16))
+            memory = ops.concatenate([self.source(source), positions], -1)
+            y = self.target(decoder_in) + self.target_positions(ops.arange(length)[None])
+            if not training:
+                return self.project(self.decoder(y, memory))
+            outputs, sample = self.decoder(y, memory, return_sample=True, training=True)
+            logits = self.project(outputs)
+            step_loss = keras.losses.sparse_categorical_crossentropy(target, logits, from_logits=True)
+            self.reinforce(ops.mean(step_loss, axis=-1), sample, training=True)
+            return logits
+
+    def data(n, seed):
+        source = np.random.default_rng(seed).integers(1, vocabulary, (n, length)).astype("int32")
+        return source, np.concatenate([np.zeros((n, 1), "int32"), source[:, :-1]], 1), source.copy()
+
+    keras.utils.set_random_seed(0)
+    model = Copier()
+    model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    x, x_test = data(2000, 0), data(500, 1)
+    model.fit(list(x), x[2], batch_size=64, epochs=6, verbose=0)
+    _, accuracy = model.evaluate(list(x_test), x_test[2], batch_size=500, verbose=0)
+    assert accuracy >= 0.95, accuracy
+
+
+def test_hard_attention_captioner_wires_reinforce_and_trains_with_fit():
+    keras.utils.set_random_seed(5)
+    model = ShowAttendTell(V, attention="hard", seed=0, **SMALL)
+    assert model.sampled and model.reinforce is not None
+    model.compile_for_captioning()
+    images, caption_in = _batch(batch=4)
+    caption_out = _numpy(next_tokens(caption_in, 0, 2))
+    model.fit((images, caption_in), caption_out, epochs=1, batch_size=2, verbose=0)
+    assert float(_numpy(model.reinforce.baseline_steps)) == 2  # each of the 2 batches updated the baseline
+    gumbel = ShowAttendTell(V, attention="hard", estimator="gumbel", **SMALL)
+    assert not gumbel.sampled
+
+
+def test_keras_applications_backbone_trains_a_step():
+    keras.utils.set_random_seed(6)
+    model = ShowAttendTell(V, image_size=64, backbone="MobileNetV2", backbone_weights=None, fine_tune=True,
+                           units=16, embedding_dim=8)
+    model.compile_for_captioning()
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (2, 64, 64, 3)).astype("uint8")
+    caption_in = np.array([[1, 4, 5], [1, 6, 0]], "int32")
+    before = [w.copy() for w in model.get_weights()] if model.built else None
+    model.fit((images, caption_in), _numpy(next_tokens(caption_in, 0, 2)), epochs=1, verbose=0)
+    assert model.grid_shape == (2, 2)
+    backbone = model.encoder.layers_[0]
+    assert backbone.trainable and before is None
+    with pytest.raises(ValueError, match="Unknown backbone 'NoSuchNet'"):
+        ImageEncoder(64, backbone="NoSuchNet")
+
+
+def test_config_round_trip_and_weights():
+    keras.utils.set_random_seed(7)
+    model = ShowAttendTell(V, attention="hard", doubly_stochastic=0.5, **SMALL)
+    images, caption_in = _batch()
+    logits = _numpy(model((images, caption_in)))
+    clone = ShowAttendTell.from_config(model.get_config())
+    clone((images, caption_in))
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(_numpy(clone((images, caption_in))), logits, rtol=1e-5)
+    config = clone.get_config()
+    assert (config["attention"], config["doubly_stochastic"], config["image_size"]) == ("hard", 0.5, 16)
+    none = ShowAndTell(V, **SMALL)
+    assert ShowAndTell.from_config(none.get_config()).get_config() == none.get_config()
+
+
+def test_bad_input_gets_clear_errors():
+    model = ShowAttendTell(V, **SMALL)
+    images, caption_in = _batch()
+    model((images, caption_in))
+    with pytest.raises(ValueError, match=r"RGB images of shape \(batch, height, width, 3\)"):
+        model((images[..., :1], caption_in))
+    with pytest.raises(ValueError, match="must be 16 x 16"):
+        model((np.zeros((1, 20, 20, 3), "uint8"), caption_in[:1]))
+    with pytest.raises(ValueError, match=r"called on `\(images, caption_in\)`"):
+        model(images)
+    with pytest.raises(ValueError, match="RGB images"):
+        model.generate(np.zeros((2, 16, 16), "uint8"))
+    with pytest.raises(ValueError, match="attention"):
+        ShowAttendTell(V, attention="local")
+    with pytest.raises(ValueError, match="expected_context_rate"):
+        ShowAttendTellDecoder(8, expected_context_rate=1.5)
+    with pytest.raises(ValueError, match="doubly_stochastic"):
+        ShowAttendTell(V, doubly_stochastic=-1.0)
