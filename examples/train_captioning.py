@@ -6,7 +6,8 @@
         --encoder-weights imagenet --image-size 224
 
 Models: soft / hard attention (Show, Attend and Tell; hard attention trained with REINFORCE, or Gumbel
-straight-through with --estimator gumbel) and "none" (the same encoder and LSTM without attention). Data:
+straight-through with --estimator gumbel), "none" (the same encoder and LSTM without attention) and
+"transformer" (the same encoder under the library's Transformer decoder). Data:
 "scenes" (generated images of shapes with known object boxes; nothing to install), "scenes:NUM_TRAIN",
 "flickr8k:DIR" or "coco:DIR" (see docs/captioning-data.md).
 
@@ -26,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
 PROG = os.path.basename(__file__)
-ATTENTIONS = ("soft", "hard", "none")
+ATTENTIONS = ("soft", "hard", "none", "transformer")
 
 
 class UsageError(Exception):
@@ -39,7 +40,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attention", choices=ATTENTIONS, default="soft",
-                        help="soft / hard attention (Show, Attend and Tell) or none (default: soft)")
+                        help="soft / hard attention (Show, Attend and Tell), none (the same encoder and LSTM "
+                             "without attention) or transformer (the library's Transformer decoder over the grid) "
+                             "(default: soft)")
     parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
                         help="hard attention's gradient estimator (default: reinforce, the paper's)")
     parser.add_argument("--data", default="scenes", help="scenes | scenes:NUM_TRAIN | flickr8k:DIR | coco:DIR")
@@ -117,7 +120,8 @@ def run(args):
 
     from attnlayers import BeamSearch
     from attnlayers.applications import core
-    from attnlayers.applications.captioning import ShowAndTell, ShowAttendTell, data, predict
+    from attnlayers.applications.captioning import data, predict
+    from attnlayers.applications.captioning.recipes import build_captioner
     from attnlayers.applications.captioning.export import export_captioner
 
     try:  # before any other TensorFlow op (a multi-worker strategy must come first)
@@ -141,14 +145,11 @@ def run(args):
                    fine_tune=args.fine_tune)
     with strategy.scope():
         try:
-            if args.attention == "none":
-                model = ShowAndTell(vocabulary.vocabulary_size, name="show_and_tell", **encoder)
-            else:
-                model = ShowAttendTell(vocabulary.vocabulary_size, attention=args.attention,
-                                       estimator=args.estimator, seed=args.seed, name="show_attend_tell", **encoder)
+            model = build_captioner(args.attention, vocabulary.vocabulary_size, estimator=args.estimator,
+                                    seed=args.seed, learning_rate=args.learning_rate, max_length=args.max_length,
+                                    **encoder)
         except ValueError as error:
             raise UsageError(str(error)) from None
-        model.compile_for_captioning(args.learning_rate)
         model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
     print(f"model: {args.attention} attention, encoder {args.encoder} (grid {model.grid_shape}); "
           f"{model.count_params():,} parameters; {core.describe_runtime(strategy)}")

@@ -10,14 +10,15 @@
     model.generate(images, strategy=BeamSearch(3))                # token ids; vocabulary.decode(...) -> text
 
 Modules: `data` (the scene task, Flickr8k / COCO readers, vocabulary, tf.data pipeline), `encoder`
-(ImageEncoder: a small CNN or a keras.applications backbone), `model` (ShowAttendTell soft / hard, ShowAndTell),
+(ImageEncoder: a small CNN or a keras.applications backbone), `model` (ShowAttendTell soft / hard, ShowAndTell,
+TransformerCaptioner),
 `evaluate` (BLEU-1..4, CIDEr, exact match, attention localization) and `export` (the `caption` SavedModel;
 imports TensorFlow, so it is not imported here).
 """
 
 from . import data
 from .encoder import BACKBONES, ImageEncoder
-from .model import ShowAndTell, ShowAttendTell, ShowAttendTellDecoder, next_tokens
+from .model import ShowAndTell, ShowAttendTell, ShowAttendTellDecoder, TransformerCaptioner, next_tokens
 
-__all__ = ["BACKBONES", "ImageEncoder", "ShowAndTell", "ShowAttendTell", "ShowAttendTellDecoder", "data",
-           "next_tokens"]
+__all__ = ["BACKBONES", "ImageEncoder", "ShowAndTell", "ShowAttendTell", "ShowAttendTellDecoder",
+           "TransformerCaptioner", "data", "next_tokens"]

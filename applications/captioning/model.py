@@ -3,7 +3,9 @@
 - :class:`ShowAttendTell`: Xu et al. (2015), an LSTM that attends over the annotation vectors at every word,
   with soft (section 4.2) or hard (section 4.1, REINFORCE or Gumbel straight-through) attention;
 - :class:`ShowAndTell`: the no-attention baseline (Vinyals et al. 2015, with the mean annotation fed at every
-  step), the same encoder, embedding and output.
+  step), the same encoder, embedding and output;
+- :class:`TransformerCaptioner`: the same encoder under the library's Transformer decoder (cross-attention
+  over the grid).
 
 ``model((images (B, S, S, 3) uint8, caption_in (B, T) int))`` -> logits (B, T, V), teacher forced
 (``caption_in`` = [start] + words, the targets ``caption_out`` = words + [end]); ``model.generate(images)``
@@ -17,7 +19,15 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from attnlayers import AdditiveScore, Attention, BahdanauDecoder, HardAttention, ReinforceLoss
+from attnlayers import (
+    AdditiveScore,
+    Attention,
+    BahdanauDecoder,
+    HardAttention,
+    ReinforceLoss,
+    TokenAndPositionEmbedding,
+    TransformerDecoder,
+)
 from attnlayers.validation import is_number, one_of, positive_int, rate_in_unit_interval
 
 from ..core.generation import Seq2SeqGenerator, check_token_ids
@@ -109,35 +119,24 @@ class ShowAttendTellDecoder(BahdanauDecoder):
                 "expected_context_rate": self.expected_context_rate}
 
 
-class _Captioner(Seq2SeqGenerator):
-    """What the RNN captioners share: the encoder, the word embedding E, the initial state from the mean
-    annotation, and the deep output layer (Xu et al. eq. 7):
-    ``p(y_t) ~ exp(L_o tanh(E y_{t-1} + L_h h_t + L_z z_t))`` (the tanh as in the authors' code)."""
+class _CaptionerBase(Seq2SeqGenerator):
+    """What every captioner shares: images as the source, the :class:`ImageEncoder`, the inputs
+    ``(images, caption_in)``, ``compile_for_captioning`` and the encoder's part of the config."""
 
     default_max_length = 24
 
     def __init__(self, vocabulary_size, *, image_size=64, backbone="small", filters=(32, 64, 128),
-                 backbone_weights=None, fine_tune=False, position_embedding=True, embedding_dim=128, units=256,
-                 dropout=0.3, pad_token_id=0, start_token_id=1, end_token_id=2, **kwargs):
+                 backbone_weights=None, fine_tune=False, position_embedding=True, dropout=0.3, pad_token_id=0,
+                 start_token_id=1, end_token_id=2, **kwargs):
         super().__init__(pad_token_id=pad_token_id, start_token_id=start_token_id, end_token_id=end_token_id,
                          **kwargs)
         self.vocabulary_size = positive_int(vocabulary_size, "vocabulary_size")
-        self.embedding_dim, self.units = positive_int(embedding_dim, "embedding_dim"), positive_int(units, "units")
         self.dropout_rate = rate_in_unit_interval(dropout, "dropout")
         self.encoder_config = dict(image_size=image_size, backbone=backbone, filters=tuple(filters),
                                    weights=backbone_weights, fine_tune=fine_tune,
                                    position_embedding=position_embedding)
         self.encoder = ImageEncoder(**self.encoder_config, name="encoder")
-        self.embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, name="embedding")  # E
-        # h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i): one tanh layer each (section 3.1.2).
-        self.init_h = keras.layers.Dense(units, activation="tanh", name="init_h")
-        self.init_c = keras.layers.Dense(units, activation="tanh", name="init_c")
-        self.output_h = keras.layers.Dense(embedding_dim, name="L_h")
-        self.output_z = keras.layers.Dense(embedding_dim, use_bias=False, name="L_z")
-        self.output_layer = keras.layers.Dense(vocabulary_size, name="L_o")
         self.dropout = keras.layers.Dropout(dropout)
-
-    # -- shared pieces ---------------------------------------------------------------------------------------
 
     def check_source(self, inputs):
         return check_images(inputs)
@@ -145,18 +144,6 @@ class _Captioner(Seq2SeqGenerator):
     @property
     def grid_shape(self):
         return self.encoder.grid_shape
-
-    def encode(self, images, training=None):
-        """(B, S, S, 3) -> annotations (B, L, D) and the initial LSTM state [h_0, c_0], each (B, units)."""
-        annotations = self.encoder(check_images(images), training=training)
-        mean = ops.mean(annotations, axis=1)
-        return annotations, [self.init_h(mean), self.init_c(mean)]
-
-    def _logits(self, y_prev, output, training=None):
-        """Deep output (eq. 7): y_prev (..., E), output [h_t; z_t] (..., units + D) -> logits (..., V)."""
-        h, z = output[..., : self.units], output[..., self.units:]
-        hidden = ops.tanh(y_prev + self.output_h(self.dropout(h, training=training)) + self.output_z(z))
-        return self.output_layer(self.dropout(hidden, training=training))
 
     def _split(self, inputs):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
@@ -175,7 +162,39 @@ class _Captioner(Seq2SeqGenerator):
         encoder["backbone_weights"] = encoder.pop("weights")
         encoder["filters"] = list(encoder["filters"])
         return {**super().get_config(), "vocabulary_size": self.vocabulary_size, **encoder,
-                "embedding_dim": self.embedding_dim, "units": self.units, "dropout": self.dropout_rate}
+                "dropout": self.dropout_rate}
+
+
+class _Captioner(_CaptionerBase):
+    """What the RNN captioners share: the word embedding E, the initial state from the mean annotation, and
+    the deep output layer (Xu et al. eq. 7): ``p(y_t) ~ exp(L_o tanh(E y_{t-1} + L_h h_t + L_z z_t))`` (the
+    tanh as in the authors' code)."""
+
+    def __init__(self, vocabulary_size, *, embedding_dim=128, units=256, **kwargs):
+        super().__init__(vocabulary_size, **kwargs)
+        self.embedding_dim, self.units = positive_int(embedding_dim, "embedding_dim"), positive_int(units, "units")
+        self.embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, name="embedding")  # E
+        # h_0 = f_init,h(mean_i a_i), c_0 = f_init,c(mean_i a_i): one tanh layer each (section 3.1.2).
+        self.init_h = keras.layers.Dense(units, activation="tanh", name="init_h")
+        self.init_c = keras.layers.Dense(units, activation="tanh", name="init_c")
+        self.output_h = keras.layers.Dense(embedding_dim, name="L_h")
+        self.output_z = keras.layers.Dense(embedding_dim, use_bias=False, name="L_z")
+        self.output_layer = keras.layers.Dense(vocabulary_size, name="L_o")
+
+    def encode(self, images, training=None):
+        """(B, S, S, 3) -> annotations (B, L, D) and the initial LSTM state [h_0, c_0], each (B, units)."""
+        annotations = self.encoder(check_images(images), training=training)
+        mean = ops.mean(annotations, axis=1)
+        return annotations, [self.init_h(mean), self.init_c(mean)]
+
+    def _logits(self, y_prev, output, training=None):
+        """Deep output (eq. 7): y_prev (..., E), output [h_t; z_t] (..., units + D) -> logits (..., V)."""
+        h, z = output[..., : self.units], output[..., self.units:]
+        hidden = ops.tanh(y_prev + self.output_h(self.dropout(h, training=training)) + self.output_z(z))
+        return self.output_layer(self.dropout(hidden, training=training))
+
+    def get_config(self):
+        return {**super().get_config(), "embedding_dim": self.embedding_dim, "units": self.units}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -320,3 +339,89 @@ class ShowAndTell(_Captioner):
 
     def attention_maps(self, images, caption_in):
         return None
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class TransformerCaptioner(_CaptionerBase):
+    """The Transformer comparison model: the same :class:`ImageEncoder`, its annotation vectors projected to
+    ``d_model`` as the memory, and the library's pre-LN :class:`~attnlayers.TransformerDecoder` (masked
+    self-attention, cross-attention over the L grid positions, feed-forward) over learned word + position
+    embeddings, the output tied to the word embedding.
+
+    Args:
+        vocabulary_size: V (``pad_token_id`` 0, ``start_token_id`` 1, ``end_token_id`` 2).
+        num_layers, d_model, num_heads, intermediate_dim, dropout: the decoder's sizes.
+        max_length: the longest caption in tokens (the position table).
+        image_size, backbone, filters, backbone_weights, fine_tune, position_embedding: the encoder's (see
+            :class:`ShowAttendTell`).
+
+    Call: ``model((images (B, S, S, 3), caption_in (B, T)))`` -> logits (B, T, V).
+    """
+
+    default_max_length = 24
+
+    def __init__(self, vocabulary_size, *, num_layers=2, d_model=128, num_heads=4, intermediate_dim=256,
+                 dropout=0.1, max_length=24, **kwargs):
+        super().__init__(vocabulary_size, dropout=dropout, **kwargs)
+        if d_model % num_heads:
+            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+        self.num_layers, self.d_model, self.num_heads = num_layers, d_model, num_heads
+        self.intermediate_dim, self.max_length = intermediate_dim, max_length
+        self.project = keras.layers.Dense(d_model, name="project")
+        self.embedding = TokenAndPositionEmbedding(vocabulary_size, max_length, d_model, name="embedding")
+        self.decoder = TransformerDecoder(num_layers, num_heads=num_heads, intermediate_dim=intermediate_dim,
+                                          dropout=dropout, normalize_first=True, name="decoder")
+
+    @property
+    def max_generation_length(self):
+        return self.max_length
+
+    def encode(self, images, training=None):
+        """(B, S, S, 3) -> memory (B, L, d_model)."""
+        return self.project(self.encoder(check_images(images), training=training))
+
+    def call(self, inputs, training=None):
+        images, caption_in = self._split(inputs)
+        memory = self.encode(images, training=training)
+        y = self.dropout(self.embedding(caption_in), training=training)
+        h = self.decoder(y, memory, decoder_padding_mask=ops.not_equal(caption_in, self.pad_token_id),
+                         training=training)
+        return self.embedding(h, reverse=True)
+
+    def _cache_shape(self, batch, length):
+        return (batch, self.num_layers, 2, length, self.num_heads, self.d_model // self.num_heads)
+
+    def initial_cache(self, images, max_length=None):
+        """{"self": (B, N, 2, max_length, heads, head_dim) zeros, "cross": the memory's keys and values}."""
+        memory = self.encode(images)
+        batch, length = ops.shape(memory)[0], ops.shape(memory)[1]
+        start = self.embedding(ops.full((batch, 1), self.start_token_id, "int32"))
+        out = self.decoder(
+            start, memory,
+            self_attention_cache=ops.zeros(self._cache_shape(batch, max_length or self.max_length), memory.dtype),
+            self_attention_cache_update_index=0,
+            cross_attention_cache=ops.zeros(self._cache_shape(batch, length), memory.dtype),
+            cross_attention_cache_update_index=0,
+        )
+        return {"self": out["self_attention_cache"], "cross": out["cross_attention_cache"]}
+
+    def next(self, tokens, cache, index):
+        token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1)
+        y = self.embedding(token, start_index=index - 1)
+        out = self.decoder(y, None, self_attention_cache=cache["self"], self_attention_cache_update_index=index - 1,
+                           cross_attention_cache=cache["cross"], cross_attention_cache_update_index=None)
+        logits = self.embedding(out["sequence_output"], reverse=True)[:, 0]
+        return logits, {"self": out["self_attention_cache"], "cross": out["cross_attention_cache"]}
+
+    def attention_maps(self, images, caption_in):
+        """(B, T, L): the last decoder layer's cross-attention, averaged over the heads."""
+        caption_in = check_token_ids(caption_in, "caption_in")
+        memory = self.encode(check_images(images))
+        out = self.decoder(self.embedding(caption_in), memory,
+                           decoder_padding_mask=ops.not_equal(caption_in, self.pad_token_id),
+                           return_attention_scores=True)
+        return ops.mean(out["attention_scores"][-1]["cross_attention"], axis=1)
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
+                "num_heads": self.num_heads, "intermediate_dim": self.intermediate_dim, "max_length": self.max_length}

@@ -1,0 +1,44 @@
+"""The captioning models by name, built and compiled the same way by examples/train_captioning.py and
+benchmarks/captioning_quality.py.
+
+    model = build_captioner("soft", vocabulary.vocabulary_size, image_size=64)   # compiled, ready for fit
+"""
+
+from __future__ import annotations
+
+from attnlayers.validation import one_of
+
+from .model import ShowAndTell, ShowAttendTell, TransformerCaptioner
+
+MODELS = ("soft", "hard", "none", "transformer")
+
+
+def build_captioner(name, vocabulary_size, *, estimator="reinforce", seed=None, learning_rate=1e-3, max_length=24,
+                    **encoder):
+    """Builds and compiles a captioner.
+
+    Args:
+        name: "soft" / "hard" (:class:`ShowAttendTell`), "none" (:class:`ShowAndTell`) or "transformer"
+            (:class:`TransformerCaptioner`).
+        vocabulary_size: V.
+        estimator: hard attention's gradient estimator, "reinforce" or "gumbel".
+        seed: seed of hard attention's samples.
+        learning_rate: Adam's.
+        max_length: the longest caption in tokens (the Transformer's position table; RNNs have no limit).
+        **encoder: :class:`ImageEncoder` arguments (``image_size``, ``backbone``, ``backbone_weights``,
+            ``fine_tune``, ...).
+
+    Returns:
+        The compiled model (masked cross-entropy and accuracy, Adam with gradient clipping).
+    """
+    one_of(name, "name", MODELS)
+    if name == "none":
+        model = ShowAndTell(vocabulary_size, name="show_and_tell", **encoder)
+    elif name == "transformer":
+        model = TransformerCaptioner(vocabulary_size, max_length=max_length, name="transformer_captioner",
+                                     **encoder)
+    else:
+        model = ShowAttendTell(vocabulary_size, attention=name, estimator=estimator, seed=seed,
+                               name="show_attend_tell", **encoder)
+    model.compile_for_captioning(learning_rate)
+    return model

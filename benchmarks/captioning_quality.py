@@ -1,0 +1,196 @@
+"""Captioning quality bars on the generated scenes: every model trains for the same wall-clock budget on this
+machine, then captions the 1000 held-out test scenes with beam search (k = 3), and BLEU-1..4, CIDEr-D, exact
+match and attention localization are compared in one table, on all test scenes and on those with 3 or more
+objects (where one vector must summarise many things).
+
+Models: the attnlayers captioners of `attnlayers.applications.captioning.recipes` (soft and hard attention,
+"none", "transformer") and the keras.io-style captioner ("Image Captioning" on keras.io, KerasHub layers: the
+CNN's grid through one keras_hub TransformerEncoder (1 head) and one keras_hub TransformerDecoder (2 heads) over
+keras_hub TokenAndPositionEmbedding, d 512, d_ff 512, dropout 0.5 before the output layer, Adam at 1e-4 after a
+linear warm-up over 1/15 of its 30 epochs, i.e. 2 epochs; greedy decoding by recomputing the prefix each step). keras.io
+uses an ImageNet EfficientNetB0, which cannot be downloaded here: every model, the peer's included, gets the
+same small CNN trained from scratch, so only the captioner differs. All share the data (seed 0: 8000 / 500 /
+1000 scenes, 64 x 64), the vocabulary and the caption length.
+
+    python benchmarks/captioning_quality.py --model soft --minutes 10
+    python benchmarks/captioning_quality.py --model keras_io --minutes 10
+    python benchmarks/captioning_quality.py --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "captioning"
+CHOICES = ("soft", "hard", "none", "transformer", "keras_io")
+MAX_LENGTH, IMAGE_SIZE = 20, 64
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=CHOICES, help="which model to train and evaluate")
+    parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget (default 10)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0, help="data, shuffle and initialization seed")
+    parser.add_argument("--beam-size", type=int, default=3)
+    parser.add_argument("--results", type=pathlib.Path, default=RESULTS, help="where JSON results are written")
+    parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
+    args = parser.parse_args(argv)
+    if not args.table and args.model is None:
+        parser.error("--model is required (or --table)")
+    return args
+
+
+def keras_io_captioner(vocabulary_size, warmup_steps):
+    """The keras.io CNN + KerasHub Transformer captioner, with the captioning generation contract."""
+    import keras
+    import keras_hub
+    from keras import ops
+
+    from attnlayers.applications.captioning.encoder import ImageEncoder, check_images
+    from attnlayers.applications.core import MaskedAccuracy, MaskedCrossEntropy, Seq2SeqGenerator
+
+    class KerasIOCaptioner(Seq2SeqGenerator):
+        default_max_length = MAX_LENGTH
+
+        def __init__(self):
+            super().__init__(pad_token_id=0, start_token_id=1, end_token_id=2, name="keras_io")
+            self.cnn = ImageEncoder(IMAGE_SIZE, position_embedding=False)  # the same CNN as every model
+            self.project = keras.layers.Dense(512, activation="relu")
+            self.encoder = keras_hub.layers.TransformerEncoder(intermediate_dim=512, num_heads=1)
+            self.embedding = keras_hub.layers.TokenAndPositionEmbedding(vocabulary_size, MAX_LENGTH, 512,
+                                                                        mask_zero=True)
+            self.decoder = keras_hub.layers.TransformerDecoder(intermediate_dim=512, num_heads=2, dropout=0.1)
+            self.dropout = keras.layers.Dropout(0.5)
+            self.output_layer = keras.layers.Dense(vocabulary_size)
+
+        def check_source(self, inputs):
+            return check_images(inputs)
+
+        def encode(self, images, training=None):
+            return self.encoder(self.project(self.cnn(images, training=training)), training=training)
+
+        def call(self, inputs, training=None):
+            images, caption_in = inputs
+            memory = self.encode(images, training)
+            h = self.decoder(self.embedding(caption_in), memory, decoder_padding_mask=caption_in != 0,
+                             training=training)
+            return self.output_layer(self.dropout(h, training=training))
+
+        def initial_cache(self, images, max_length=None):
+            return {"memory": self.encode(images)}
+
+        def next(self, tokens, cache, index):  # keras.io decodes by recomputing the prefix every step
+            h = self.decoder(self.embedding(tokens), cache["memory"])
+            return self.output_layer(ops.take(h, index - 1, axis=1)), cache
+
+        @property
+        def max_generation_length(self):
+            return MAX_LENGTH
+
+        @property
+        def grid_shape(self):
+            return self.cnn.grid_shape
+
+        def attention_maps(self, images, caption_in):
+            return None
+
+    class WarmUp(keras.optimizers.schedules.LearningRateSchedule):  # keras.io's LRSchedule
+        def __call__(self, step):
+            return 1e-4 * ops.minimum(ops.cast(step + 1, "float32") / warmup_steps, 1.0)
+
+    model = KerasIOCaptioner()
+    model.compile(optimizer=keras.optimizers.Adam(WarmUp()), loss=MaskedCrossEntropy(),
+                  metrics=[MaskedAccuracy()])
+    return model
+
+
+def _subset_metrics(captions, caption_set, min_objects=3):
+    from attnlayers.applications.captioning import evaluate
+
+    keep = [i for i, objects in enumerate(caption_set.objects) if len(objects) >= min_objects]
+    hypotheses = [captions[i] for i in keep]
+    references = [caption_set.captions[i] for i in keep]
+    metrics = evaluate.caption_metrics(hypotheses, references)
+    return {"images": len(keep), "BLEU-4": metrics["BLEU-4"], "CIDEr": metrics["CIDEr"],
+            "exact_match": evaluate.exact_match(hypotheses, references)}
+
+
+def run(args):
+    import keras
+
+    from attnlayers.applications import core
+    from attnlayers.applications.captioning import data, predict
+    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.decoding import BeamSearch
+
+    keras.utils.set_random_seed(args.seed)
+    splits = data.load_scenes(8000, 500, 1000, image_size=IMAGE_SIZE, seed=args.seed)
+    vocabulary = data.CaptionVocabulary.build(splits.train)
+    options = dict(batch_size=args.batch_size, image_size=IMAGE_SIZE, max_length=MAX_LENGTH)
+    train = data.make_dataset(splits.train, vocabulary, seed=args.seed, **options)
+    validation = data.make_dataset(splits.validation, vocabulary, shuffle=False, **options)
+    if args.model == "keras_io":
+        steps_per_epoch = -(-len(splits.train) // args.batch_size)
+        model = keras_io_captioner(vocabulary.vocabulary_size, warmup_steps=2 * steps_per_epoch)
+        decoding = "greedy"
+    else:
+        model = build_captioner(args.model, vocabulary.vocabulary_size, seed=args.seed, image_size=IMAGE_SIZE,
+                                max_length=MAX_LENGTH)
+        decoding = BeamSearch(args.beam_size)
+
+    def evaluate_model(model):
+        metrics = predict.evaluate_captioner(model, splits.test, vocabulary, strategy=decoding,
+                                             max_length=MAX_LENGTH)
+        metrics["three_or_more_objects"] = _subset_metrics(metrics["captions"], splits.test)
+        metrics["captions"] = metrics["captions"][:10]
+        print({k: v for k, v in metrics.items() if k != "captions"}, flush=True)
+        return metrics
+
+    def pictures(model, out):
+        path = predict.plot_captions(model, splits.test, vocabulary, out / f"{args.model}_attention.png", index=1,
+                                     strategy=decoding, max_length=MAX_LENGTH)
+        return [path] if path else []
+
+    record = {"model": args.model, "minutes": args.minutes, "seed": args.seed, "batch_size": args.batch_size,
+              "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
+              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus"}
+    return core.run_recipe(
+        model, train, validation=validation, epochs=10_000,
+        callbacks=[core.TimeBudget(args.minutes * 60), core.BestWeights("val_loss")], evaluate=evaluate_model,
+        pictures=pictures, out_dir=args.results, record=record, verbose=2,
+        results_file=f"{args.model}_seed{args.seed}_{args.minutes:g}min.json",
+    )
+
+
+def table(results_dir):
+    rows = [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+    rows = [r for r in rows if isinstance(r, dict) and "BLEU-4" in r]
+    rows.sort(key=lambda r: (r["minutes"], r["seed"], CHOICES.index(r["model"])))
+    print("| model | seed | minutes | steps | decoding | BLEU-1 | BLEU-4 | CIDEr | exact | localization | "
+          "3+ objects: BLEU-4 | 3+: exact |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        local = r.get("localization")
+        three = r["three_or_more_objects"]
+        print(f"| {r['model']} | {r['seed']} | {r['minutes']:g} | {r['training']['steps']} | {r['decoding']} | "
+              f"{r['BLEU-1']:.1f} | {r['BLEU-4']:.1f} | {r['CIDEr']:.2f} | {r['exact_match']:.3f} | "
+              f"{'-' if local is None else f'{local:.3f}'} | {three['BLEU-4']:.1f} | {three['exact_match']:.3f} |")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.table:
+        table(args.results)
+        return 0
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
