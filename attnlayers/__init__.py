@@ -6,7 +6,7 @@ embeddings; Transformer blocks; and the mask algebra they share. All math is in 
 run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import decoding, masking, positional, scoring, validation, visualize
+from attnlayers import decoding, distribution, masking, positional, scoring, validation, visualize
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.decoding import BeamSearch, DecodeResult, GreedySearch, Sampling, generate
 from attnlayers.embedding import TokenAndPositionEmbedding

@@ -27,19 +27,8 @@ from keras import ops
 
 from attnlayers import masking
 from attnlayers.attention import Attention
+from attnlayers.distribution import scale_for_replicas
 from attnlayers.validation import is_number, one_of, positive_int, positive_number, rate_in_unit_interval
-
-
-def _scale_for_replicas(value):
-    """Divides a per-replica loss by the number of replicas under ``tf.distribute`` (as Keras does for its
-    compiled losses), so that the sum of the replicas' gradients is the gradient of the global mean."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # only under the TensorFlow backend
-
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if replicas > 1:
-            value = value * (1.0 / replicas)
-    return value
 
 
 _ESTIMATORS = ("reinforce", "gumbel")
@@ -485,7 +474,7 @@ class ReinforceLoss(keras.layers.Layer):
             per_example_loss, sample["log_prob"], baseline, sample["entropy"], self.entropy_weight, step_mask
         )
         if training:
-            self.add_loss(_scale_for_replicas(surrogate - ops.stop_gradient(surrogate)))
+            self.add_loss(scale_for_replicas(surrogate - ops.stop_gradient(surrogate)))
             update()
         return surrogate
 
@@ -625,7 +614,7 @@ class ReinforceModel(keras.Model):
         per_example = self.per_example_loss(y, y_pred, sample_weight)
         for layer, log_probs in sampled:
             surrogate = layer.reinforce_surrogate(per_example, log_probs)
-            surrogate = _scale_for_replicas(surrogate)
+            surrogate = scale_for_replicas(surrogate)
             total = surrogate if total is None else total + ops.cast(surrogate, total.dtype)
         return total
 

@@ -28,6 +28,7 @@ from attnlayers import (
     TokenAndPositionEmbedding,
     TransformerDecoder,
 )
+from attnlayers.distribution import scale_for_replicas
 from attnlayers.validation import is_number, one_of, positive_int, rate_in_unit_interval
 
 from ..core.generation import Seq2SeqGenerator, check_token_ids
@@ -265,7 +266,8 @@ class ShowAttendTell(_Captioner):
         if training and self.doubly_stochastic > 0:
             # eq. 14: lambda * sum_i (1 - sum_t alpha_ti)^2 over the caption's real steps, divided by L.
             coverage = ops.sum(ops.cast(alpha, "float32") * ops.cast(step_mask, "float32")[..., None], axis=1)
-            self.add_loss(self.doubly_stochastic * ops.mean(ops.square(1.0 - coverage)))
+            penalty = self.doubly_stochastic * ops.mean(ops.square(1.0 - coverage))
+            self.add_loss(scale_for_replicas(penalty))  # Keras does not divide add_loss terms by the replicas
         if sampled:
             # REINFORCE (eq. 11-13): the reward is minus the caption's mean word log-loss.
             targets = next_tokens(caption_in, self.pad_token_id, self.end_token_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from attnlayers.distribution import scale_for_replicas
 from attnlayers.validation import non_negative_int, rate_in_unit_interval
 
 PACKAGE = "attnlayers.applications"
@@ -18,7 +19,9 @@ class MaskedCrossEntropy(keras.losses.Loss):
     """Token cross-entropy over non-padding targets, with label smoothing (Szegedy et al. 2016, section 7).
 
     ``q = (1 - eps) * onehot(y) + eps / V``; loss = the sum over real tokens of ``-sum_v q_v log p_v``, divided
-    by the number of real tokens in the batch (targets equal to ``pad_token_id`` contribute nothing).
+    by the number of real tokens in the batch (targets equal to ``pad_token_id`` contribute nothing); under a
+    ``tf.distribute`` strategy also by the number of replicas (``attnlayers.distribution.scale_for_replicas``,
+    as Keras does for its own losses; with ``reduction="sum"`` Keras would not).
 
     Args:
         label_smoothing: eps in [0, 1).
@@ -42,7 +45,7 @@ class MaskedCrossEntropy(keras.losses.Loss):
         if eps:  # -sum_v q_v log p_v = (1 - eps) * nll - eps * mean_v log p_v
             nll = (1.0 - eps) * nll - eps * ops.mean(log_p, axis=-1)
         weights = ops.cast(ops.not_equal(y_true, self.pad_token_id), "float32")
-        return nll * weights / ops.maximum(ops.sum(weights), 1.0)
+        return scale_for_replicas(nll * weights / ops.maximum(ops.sum(weights), 1.0))
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_token_id": self.pad_token_id}
