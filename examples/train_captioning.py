@@ -26,12 +26,10 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
+from attnlayers.applications.core.cli import UsageError, run_script, usage_error  # noqa: E402  (after the env)
+
 PROG = os.path.basename(__file__)
 ATTENTIONS = ("soft", "hard", "none", "transformer")
-
-
-class UsageError(Exception):
-    """A problem with the command line or the data that the user can fix: one line, exit status 2."""
 
 
 def parse_args(argv=None):
@@ -100,19 +98,12 @@ def load_data(args):
         min_count = args.min_count or (1 if args.data.startswith("scenes") else 5)
         vocabulary = data.CaptionVocabulary.build(splits.train, min_count=min_count)
     except (OSError, ValueError) as error:
-        if isinstance(error, OSError) and error.filename:
-            raise UsageError(f"{error.filename}: {error.strerror or error}") from None
-        raise UsageError(" ".join(str(error).split())) from None
+        raise usage_error(error) from None
     return splits, vocabulary
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except UsageError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
+    return run_script(PROG, parse_args, run, argv)
 
 
 def run(args):

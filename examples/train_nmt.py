@@ -29,12 +29,10 @@ import warnings
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
+from attnlayers.applications.core.cli import UsageError, run_script, usage_error  # noqa: E402  (after the env)
+
 MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")
 PROG = os.path.basename(__file__)
-
-
-class UsageError(Exception):
-    """A problem with the command line or the data that the user can fix: one line, exit status 2."""
 
 
 def parse_args(argv=None):
@@ -138,19 +136,12 @@ def load_data(args):
             tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=args.vocabulary_size or 4000,
                                               shared=True)
     except (OSError, UnicodeError, ValueError) as error:
-        if isinstance(error, OSError) and error.filename:
-            raise UsageError(f"{error.filename}: {error.strerror or error}") from None
-        raise UsageError(" ".join(str(error).split())) from None
+        raise usage_error(error) from None
     return splits, tokenizers
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except UsageError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
+    return run_script(PROG, parse_args, run, argv)
 
 
 def run(args):

@@ -59,8 +59,8 @@ _BEST_3_BY_ACCURACY = {"monitor": "val_accuracy", "average": 3}
 
 TRANSFORMER_VARIANTS = {
     "budgeted": Variant(
-        "budgeted", "pre-LN 2+2 layers, d 256, d_ff 512, dropout 0.1, warm-up over 10% of the budget to 1.6e-3 "
-        "then linear decay to 0 when it ends, best epoch by val loss",
+        "budgeted", "pre-LN 2+2 layers, d 256, d_ff 512, dropout 0.1, warm-up over the first tenth of the budget "
+        "to 1.6e-3, then linear decay to 0 when it ends; best epoch by val loss",
         {**_SMALL, "dropout": 0.1}, dict(peak=1.6e-3, warmup_fraction=0.1, label_smoothing=0.1)),
     "lowres": Variant(
         "lowres", "pre-LN 2+2 layers, d 256, d_ff 512, dropout 0.3, mean of the 3 best epochs by val accuracy "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 
+from ...core.files import read_lines
 from .caption_set import CaptionSet, CaptionSplits
 
 FLICKR8K_TOKEN_FILE = "Flickr8k.token.txt"
@@ -24,22 +25,6 @@ def _listing(items) -> str:
     items = list(items)
     shown = ", ".join(str(i) for i in items[:_SHOWN])
     return shown + (", ..." if len(items) > _SHOWN else "")
-
-
-def _read_lines(path, encoding: str, reader: str, expected: str) -> list:
-    """The lines of a text file without line endings (a leading byte-order mark dropped)."""
-    name = os.fspath(path)
-    if not os.path.isfile(path):
-        what = "is a directory, not a file" if os.path.isdir(path) else "not found"
-        raise FileNotFoundError(f"{name} {what}: {reader} expects {expected}.")
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        text = raw.decode(encoding)
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        raise ValueError(f"{name}, line {line}: not {encoding} text ({error.reason}); pass encoding=...") from None
-    return text.removeprefix("\ufeff").splitlines()
 
 
 def _check_images(names: list, image_dir: str, listed_in: str, skip_missing: bool) -> list:
@@ -87,7 +72,7 @@ def _flickr8k_image_dir(directory: str, image_dir) -> str:
 
 def _parse_flickr8k_tokens(path: str, encoding: str, skip_empty: bool) -> dict:
     """image name -> captions, in file order, from `IMAGE#N<TAB>caption` lines."""
-    lines = _read_lines(path, encoding, "read_flickr8k", "one `IMAGE.jpg#N<TAB>caption` line per caption")
+    lines = read_lines(path, encoding, "read_flickr8k", "one `IMAGE.jpg#N<TAB>caption` line per caption")
     captions, no_tab, empty = {}, [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -181,7 +166,7 @@ def read_flickr8k(
     position = {name: i for i, name in enumerate(captions)}
     indices, owner = {}, {}
     for split, path in split_paths.items():
-        names = [line.strip() for line in _read_lines(path, encoding, "read_flickr8k", "one image name per line")]
+        names = [line.strip() for line in read_lines(path, encoding, "read_flickr8k", "one image name per line")]
         names = [n for n in names if n]
         if not names:
             raise ValueError(f"{path} is empty: a split file lists one image name per line.")

@@ -6,32 +6,10 @@ from __future__ import annotations
 
 import os
 
+from ...core.files import read_lines
 from .pairs import Pairs
 
 _SHOWN_LINES = 5  # malformed line numbers listed in an error
-
-
-def _read_lines(path, encoding: str, reader: str, expected: str) -> list:
-    """The lines of a text file without their line endings ("\\n", "\\r\\n" or "\\r"; a final one optional,
-    a leading byte-order mark dropped). Raises FileNotFoundError / ValueError naming the file."""
-    name = os.fspath(path)
-    if not os.path.isfile(path):
-        what = "is a directory, not a file" if os.path.isdir(path) else "not found"
-        raise FileNotFoundError(f"{name} {what}: {reader} expects {expected}.")
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        text = raw.decode(encoding)
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        raise ValueError(
-            f"{name}, line {line}: not {encoding} text ({error.reason}); pass the file's encoding, e.g. "
-            f"{reader}(..., encoding='latin-1')."
-        ) from None
-    lines = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final line ending
-    return lines
 
 
 def read_tsv(path, *, encoding: str = "utf-8", skip_blank_lines: bool = True) -> Pairs:
@@ -52,7 +30,7 @@ def read_tsv(path, *, encoding: str = "utf-8", skip_blank_lines: bool = True) ->
     """
     name = os.fspath(path)
     expected = "one `source<TAB>target` pair per line"
-    lines = _read_lines(path, encoding, "read_tsv", expected)
+    lines = read_lines(path, encoding, "read_tsv", expected)
     source, target, malformed = [], [], []
     for number, line in enumerate(lines, start=1):
         if skip_blank_lines and not line.strip():
@@ -96,7 +74,7 @@ def read_parallel(source_path, target_path, *, encoding: str = "utf-8") -> Pairs
     sides = []
     for path, other in ((source_path, target_path), (target_path, source_path)):
         expected = f"one sentence per line, line i translating line i of {os.fspath(other)}"
-        lines = _read_lines(path, encoding, "read_parallel", expected)
+        lines = read_lines(path, encoding, "read_parallel", expected)
         if not lines:
             raise ValueError(f"{os.fspath(path)} is empty: read_parallel expects {expected}.")
         sides.append([line.strip() for line in lines])

@@ -1,0 +1,31 @@
+"""What the example scripts share around their work: problems a user caused end as one line on stderr and
+exit status 2, never a traceback.
+
+    def main(argv=None):
+        return run_script(PROG, parse_args, run, argv)      # run raises UsageError for the user's mistakes
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class UsageError(Exception):
+    """A problem with the command line or the data that the user can fix: one line, exit status 2."""
+
+
+def usage_error(error):
+    """A ``UsageError`` of one line for an ``OSError`` (naming its file) or a ``ValueError`` from a reader."""
+    if isinstance(error, OSError) and error.filename:
+        return UsageError(f"{error.filename}: {error.strerror or error}")
+    return UsageError(" ".join(str(error).split()))
+
+
+def run_script(prog, parse_args, run, argv=None):
+    """``run(parse_args(argv))``; a :class:`UsageError` prints ``"PROG: error: ..."`` to stderr and returns 2."""
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
