@@ -177,8 +177,8 @@ def export_generate(
         inputs = prepare(*source)
         if not isinstance(inputs, dict) or "prompt" not in inputs:
             raise ValueError(
-                "`prepare(token_ids, padding_mask)` (or `prepare(source)`) must return a dict with 'prompt' (and optionally 'prompt_mask', "
-                f"'cache'); received {inputs!r}."
+                "`prepare(token_ids, padding_mask)` (or `prepare(source)`) must return a dict with 'prompt' (and "
+                f"optionally 'prompt_mask', 'cache'); received {inputs!r}."
             )
         prompt = tf.cast(inputs["prompt"], tf.int32)
         prompt_mask = inputs.get("prompt_mask")

@@ -12,38 +12,36 @@ first use. Pictures of the attention maps: :func:`attnlayers.visualize.plot_imag
 from __future__ import annotations
 
 import math
-import string
 from collections.abc import Sequence
 
 import numpy as np
 
 from attnlayers.visualize import upsample_attention
 
+from .data.vocabulary import normalize_caption
+
 _INSTALL_HINT = (
     "caption_metrics needs pycocoevalcap (the COCO caption evaluation code), an optional dependency: "
     'pip install "attnlayers[examples]" (or pip install pycocoevalcap)'
 )
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
-def normalize_caption(text):
-    """Lowercases ``text``, deletes ASCII punctuation and collapses whitespace.
+def normalized_text(text):
+    """``text`` as the words the vocabulary sees (``data.normalize_caption``: lower-cased, punctuation deleted,
+    as Karpathy's neuraltalk2 ``prepro.py`` does), joined by single spaces.
 
-    This is the tokenization of Karpathy's neuraltalk2 ``prepro.py`` (``lower()``, punctuation
-    deleted, split on whitespace), used instead of the COCO evaluation's PTBTokenizer, which needs
-    Java. Differences from PTB: "don't" becomes "dont" (PTB: "do n't") and "t-shirt" becomes
-    "tshirt" (PTB keeps "t-shirt"); the same rule applies to hypotheses and references, so matching
-    is unaffected except for these tokens' n-gram counts.
+    Used instead of the COCO evaluation's PTBTokenizer, which needs Java. Differences from PTB: "don't" becomes
+    "dont" (PTB: "do n't") and "t-shirt" becomes "tshirt"; the same rule applies to hypotheses and references.
 
     Args:
         text: a caption (str, or bytes decoded as UTF-8).
 
     Returns:
-        The normalized caption: words joined by single spaces ("" for an empty caption).
+        The normalized caption ("" for an empty caption).
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    return " ".join(text.lower().translate(_PUNCTUATION).split())
+    return " ".join(normalize_caption(text))
 
 
 def _captions(hypotheses, references):
@@ -78,14 +76,14 @@ def _captions(hypotheses, references):
         for j, r in enumerate(ref):
             if not isinstance(r, (str, bytes)):
                 raise ValueError(f"`references[{i}][{j}]` must be a string; received {type(r).__name__} {r!r}.")
-            r = normalize_caption(r)
+            r = normalized_text(r)
             if not r:
                 raise ValueError(
                     f"`references[{i}][{j}]` has no words after lowercasing and deleting punctuation; "
                     f"received {ref[j]!r}."
                 )
             norm_refs.append(r)
-        hyps.append(normalize_caption(hyp))
+        hyps.append(normalized_text(hyp))
         refs.append(norm_refs)
     return hyps, refs
 

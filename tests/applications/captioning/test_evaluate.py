@@ -9,7 +9,7 @@ from attnlayers.applications.captioning.evaluate import (
     attention_localization,
     caption_metrics,
     exact_match,
-    normalize_caption,
+    normalized_text,
 )
 
 needs_pycocoevalcap = pytest.mark.skipif(
@@ -108,7 +108,7 @@ def test_exact_match():
     refs = [["a red circle", "a circle"], ["a square", "a blue box"], ["a dog"]]
     assert exact_match(hyps, refs) == pytest.approx(2 / 3)
     assert exact_match(["x"], [["y", "x"]]) == 1.0
-    assert normalize_caption("  Don't  STOP, t-shirt!\n") == "dont stop tshirt"
+    assert normalized_text("  Don't  STOP, t-shirt!\n") == "dont stop tshirt"
 
 
 # --- Attention localization -----------------------------------------------------------------------
