@@ -14,7 +14,7 @@ does; `--variant` picks one, default each model's best) through the shared train
 (`attnlayers.applications.core.run_recipe`). One model per process (so each gets the whole machine), results as
 JSON, then a table:
 
-    python benchmarks/nmt_quality.py --model transformer --minutes 20            # the lowres recipe
+    python benchmarks/nmt_quality.py --model transformer --minutes 20            # the budgeted recipe
     python benchmarks/nmt_quality.py --model transformer --variant base --minutes 20
     python benchmarks/nmt_quality.py --model keras_hub --minutes 20
     ...
@@ -52,7 +52,7 @@ def parse_args(argv=None):
     parser.add_argument("--jit-compile", action="store_true", help="train under XLA (default: graph mode)")
     parser.add_argument("--variant", default=None,
                         help="the recipe of attnlayers.applications.nmt.recipes (default: the model's best "
-                             "measured one, lowres for the Transformer, base for the RNNs); results go to "
+                             "measured one, budgeted for the Transformer, base for the RNNs); results go to "
                              "MODEL-VARIANT.json for the Transformer")
     parser.add_argument("--lexicon", type=int, default=0, metavar="N",
                         help="add N word/phrase pairs of the dictionary (nmt.load_de_en_lexicon, lines of "

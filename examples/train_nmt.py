@@ -10,8 +10,9 @@ pairs of the Debian package trans-de-en: apt-get install trans-de-en), or "tsv:P
 or when the SentencePiece vocabulary is learned).
 
 Each model trains with its best measured recipe unless --variant names another (benchmarks/README.md has the
-measurements): --model transformer is the pre-LN 2+2-layer Transformer with dropout 0.3 and the mean of its 3
-best epochs ("lowres", the best model on German-English); the RNN models use "base".
+measurements): --model transformer is the pre-LN 2+2-layer Transformer whose learning rate warms up and
+decays to zero over the run's budget (--minutes, else --epochs) ("budgeted", the best model on
+German-English); the RNN models use "base".
 
 At the end the script restores the recipe's best weights, prints a BLEU table (greedy and beam search on the
 test set), writes an alignment heatmap (per-layer, per-head cross-attention maps for the Transformer),
@@ -47,11 +48,11 @@ def parse_args(argv=None):
     parser.add_argument("--model", choices=MODELS, default="bahdanau",
                         help="seq2seq: RNN encoder-decoder without attention; bahdanau: additive attention; luong: "
                              "global attention (general score / sqrt(d)) with input feeding; local: Luong local-p; "
-                             "transformer: the Transformer, by default its best measured recipe 'lowres' "
+                             "transformer: the Transformer, by default its best measured recipe 'budgeted' "
                              "(default: bahdanau)")
     variant_names = sorted(set(recipes.TRANSFORMER_VARIANTS) | set(recipes.RNN_VARIANTS))
     parser.add_argument("--variant", choices=variant_names, default=None,
-                        help="the training recipe (default: the model's best measured one: lowres for the "
+                        help="the training recipe (default: the model's best measured one: budgeted for the "
                              f"Transformer, base for the RNNs). Transformer: {listing(recipes.TRANSFORMER_VARIANTS)}. "
                              f"RNN models: {listing(recipes.RNN_VARIANTS)}")
     parser.add_argument("--size", choices=("tiny", "base"), default=None,

@@ -61,7 +61,7 @@ def test_bad_flags_fail_with_a_message(script, capsys, argv, message):
 
 
 def test_defaults_are_the_best_recipes(script):
-    assert script.parse_args(["--model", "transformer"]).variant == "lowres"
+    assert script.parse_args(["--model", "transformer"]).variant == "budgeted"
     assert script.parse_args([]).variant == "base"
     assert script.parse_args(["--model", "luong", "--size", "tiny"]).variant == "tiny"  # the older flag
 

@@ -16,10 +16,11 @@ def test_nmt_reexports_the_core_classes():
 
 
 def test_default_recipes_are_the_best_measured():
-    assert recipes.get_variant("transformer").name == "lowres"
-    lowres = recipes.TRANSFORMER_VARIANTS["lowres"]
-    assert lowres.model["normalize_first"] and lowres.model["num_layers"] == 2 and lowres.model["dropout"] == 0.3
-    assert lowres.selection == {"monitor": "val_accuracy", "average": 3}
+    assert recipes.get_variant("transformer").name == "budgeted"
+    budgeted = recipes.TRANSFORMER_VARIANTS["budgeted"]
+    assert budgeted.model["normalize_first"] and budgeted.model["num_layers"] == 2 and budgeted.model["dropout"] == 0.1
+    assert budgeted.selection == {"monitor": "val_loss", "average": 1} and budgeted.optimizer["peak"] == 1.6e-3
+    assert recipes.TRANSFORMER_VARIANTS["lowres"].selection == {"monitor": "val_accuracy", "average": 3}
     assert all(recipes.get_variant(name).name == "base" for name in recipes.RNN_MODELS)
     with pytest.raises(ValueError, match="Unknown variant 'lowres' for model 'bahdanau'"):
         recipes.get_variant("bahdanau", "lowres")
