@@ -111,7 +111,9 @@ def export_captioner(path, model, vocabulary, *, strategy=None, max_length=None,
                   "score": scores}
         if with_attention:
             caption_in = tokens[:, :-1]
-            real = tf.cast(tf.not_equal(caption_in, model.pad_token_id), tf.float32)
+            # Row t predicted token t + 1: rows fed [end] or padding predicted nothing that was kept.
+            fed = [model.pad_token_id, model.end_token_id]
+            real = tf.cast(tf.reduce_all(tf.not_equal(caption_in[..., None], fed), axis=-1), tf.float32)
             maps = model.attention_maps(images, caption_in) * real[..., None]  # (B, L - 1, h * w)
             result["attention"] = tf.reshape(tf.cast(maps, tf.float32), (-1, max_length - 1, grid[0], grid[1]))
         return result
