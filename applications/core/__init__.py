@@ -12,8 +12,10 @@ train -> evaluate -> pictures -> export recipe.
                     evaluate=..., pictures=..., export=..., out_dir=out)
 
 Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metrics``, ``schedules``,
-``callbacks``, ``runtime``, ``bleu``, ``recipe`` (backend-agnostic or TensorFlow imported on use), and
-``export`` (``export_generator``; imports TensorFlow, so it is not imported here). Nothing here knows a
+``callbacks`` (BudgetedLearningRate among them), ``runtime``, ``bleu``, ``recipe`` (backend-agnostic or
+TensorFlow imported on use), ``files`` (``read_lines`` for the readers), ``cli`` (``UsageError``,
+``run_script`` for the example scripts), and ``export`` (``export_generator``; imports TensorFlow, so it is not
+imported here). Nothing here knows a
 vocabulary or a tokenizer: special token ids are model attributes and tokenizers are passed in.
 """
 
