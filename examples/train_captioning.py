@@ -26,7 +26,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import UsageError, run_script, usage_error  # noqa: E402  (after the env)
+from attnlayers.applications.core.cli import UsageError, run_script, start_runtime, usage_error  # noqa: E402
 
 PROG = os.path.basename(__file__)
 ATTENTIONS = ("soft", "hard", "none", "transformer")
@@ -107,19 +107,13 @@ def main(argv=None):
 
 
 def run(args):
-    import keras
-
     from attnlayers import BeamSearch
     from attnlayers.applications import core
     from attnlayers.applications.captioning import data, predict
     from attnlayers.applications.captioning.recipes import build_captioner
     from attnlayers.applications.captioning.export import export_captioner
 
-    try:  # before any other TensorFlow op (a multi-worker strategy must come first)
-        strategy = core.runtime_from_args(args)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    keras.utils.set_random_seed(args.seed)
+    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     splits, vocabulary = load_data(args)
     name = f"{args.attention}-{args.data.split(':')[0]}"
     out = args.out or os.path.join("artifacts", "captioning", name)

@@ -30,7 +30,7 @@ import warnings
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import UsageError, run_script, usage_error  # noqa: E402  (after the env)
+from attnlayers.applications.core.cli import UsageError, run_script, start_runtime, usage_error  # noqa: E402
 
 MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")
 PROG = os.path.basename(__file__)
@@ -146,18 +146,12 @@ def main(argv=None):
 
 
 def run(args):
-    import keras
-
     from attnlayers import BeamSearch
     from attnlayers.applications import core, nmt
     from attnlayers.applications.nmt import evaluate, recipes
     from attnlayers.applications.nmt.export import export_translator
 
-    try:  # before any other TensorFlow op (a multi-worker strategy must come first)
-        strategy = core.runtime_from_args(args)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    keras.utils.set_random_seed(args.seed)
+    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     splits, tokenizers = load_data(args)
     default = args.variant == recipes.DEFAULT_VARIANTS[args.model]
     name = args.model if default else f"{args.model}-{args.variant}"

@@ -21,6 +21,21 @@ def usage_error(error):
     return UsageError(" ".join(str(error).split()))
 
 
+def start_runtime(args):
+    """The ``tf.distribute`` strategy and precision of ``--strategy`` / ``--precision`` (``runtime_from_args``,
+    before any other TensorFlow op), then the seed ``args.seed``; a value the runtime refuses is a UsageError."""
+    import keras
+
+    from .runtime import runtime_from_args
+
+    try:
+        strategy = runtime_from_args(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    keras.utils.set_random_seed(args.seed)
+    return strategy
+
+
 def run_script(prog, parse_args, run, argv=None):
     """``run(parse_args(argv))``; a :class:`UsageError` prints ``"PROG: error: ..."`` to stderr and returns 2."""
     args = parse_args(argv)
