@@ -1,8 +1,10 @@
 """What losses need under ``tf.distribute``.
 
 Keras divides the losses it reduces itself by the number of replicas, so that summing the replicas' gradients
-(what its optimizers do) gives the gradient of the global-batch mean. A loss that reduces itself (a masked
-token mean, a loss added with ``add_loss``) must do the same: :func:`scale_for_replicas`.
+(what its optimizers do) gives the gradient of the global-batch mean; its TensorFlow trainer does the same to
+every ``add_loss`` term. A loss that reduces itself and reaches the total another way (a masked token mean
+returned by a loss object, a term added in an overridden ``compute_loss``) must do it too:
+:func:`scale_for_replicas`. An ``add_loss`` term must not (it would be divided twice).
 
 Each replica divides its own sum by its own count, so the result is the global mean exactly when the replicas'
 counts are equal (equal per-replica batches of equal token counts); an exact global count would need a

@@ -423,8 +423,8 @@ class ReinforceLoss(keras.layers.Layer):
     the log-probability of every sample and the entropy of its distribution (``return_sample=True``), the model
     computes its per-example task loss, and this layer turns both into the surrogate of
     :func:`reinforce_surrogate`, with ``b`` the moving average of the loss (before this batch; the first batch
-    uses its own mean). In training it adds the surrogate to the model's losses (``add_loss``; under
-    ``tf.distribute`` scaled per replica like Keras' own losses) as a zero-valued term carrying the surrogate's
+    uses its own mean). In training it adds the surrogate to the model's losses (``add_loss``, which Keras
+    divides by the replicas under ``tf.distribute``) as a zero-valued term carrying the surrogate's
     gradient, so the logged loss stays the task loss; and it updates the baseline. Otherwise it only returns it.
 
     Args:
@@ -474,7 +474,7 @@ class ReinforceLoss(keras.layers.Layer):
             per_example_loss, sample["log_prob"], baseline, sample["entropy"], self.entropy_weight, step_mask
         )
         if training:
-            self.add_loss(scale_for_replicas(surrogate - ops.stop_gradient(surrogate)))
+            self.add_loss(surrogate - ops.stop_gradient(surrogate))  # Keras divides it by the replicas
             update()
         return surrogate
 

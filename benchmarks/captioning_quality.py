@@ -34,6 +34,13 @@ MAX_LENGTH, IMAGE_SIZE = 20, 64
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=CHOICES, help="which model to train and evaluate")
+    parser.add_argument("--query", choices=("previous", "current"), default="previous",
+                        help="soft / hard attention's query: h_{t-1} (Xu et al.) or h_t after reading the previous "
+                             "word (Lu et al. 2017)")
+    parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
+                        help="hard attention's gradient estimator")
+    parser.add_argument("--doubly-stochastic", type=float, default=1.0,
+                        help="soft / hard attention's lambda of the doubly stochastic penalty (Xu et al. eq. 14)")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget (default 10)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="data, shuffle and initialization seed")
@@ -141,7 +148,8 @@ def run(args):
         decoding = "greedy"
     else:
         model = build_captioner(args.model, vocabulary.vocabulary_size, seed=args.seed, image_size=IMAGE_SIZE,
-                                max_length=MAX_LENGTH)
+                                max_length=MAX_LENGTH, query=args.query, estimator=args.estimator,
+                                doubly_stochastic=args.doubly_stochastic)
         decoding = BeamSearch(args.beam_size)
 
     def evaluate_model(model):
@@ -157,28 +165,40 @@ def run(args):
                                      strategy=decoding, max_length=MAX_LENGTH)
         return [path] if path else []
 
-    record = {"model": args.model, "minutes": args.minutes, "seed": args.seed, "batch_size": args.batch_size,
+    attends = args.model in ("soft", "hard")
+    gumbel = args.model == "hard" and args.estimator == "gumbel"
+    label = args.model + ("-gumbel" if gumbel else "") + ("-current" if attends and args.query == "current" else "")
+    label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
+    record = {"model": args.model, "query": args.query if attends else None,
+              "doubly_stochastic": args.doubly_stochastic if attends else None,
+              "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes, "seed": args.seed, "batch_size": args.batch_size,
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus"}
-    return core.run_recipe(
+              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+              "cores": len(os.sched_getaffinity(0))}  # fewer than the machine's when pinned (taskset)
+    result = core.run_recipe(
         model, train, validation=validation, epochs=10_000,
         callbacks=[core.TimeBudget(args.minutes * 60), core.BestWeights("val_loss")], evaluate=evaluate_model,
         pictures=pictures, out_dir=args.results, record=record, verbose=2,
-        results_file=f"{args.model}_seed{args.seed}_{args.minutes:g}min.json",
+        results_file=f"{label}_seed{args.seed}_{args.minutes:g}min.json",
     )
+    model.save_weights(args.results / f"{label}_seed{args.seed}_{args.minutes:g}min.weights.h5")  # for analysis
+    return result
 
 
 def table(results_dir):
     rows = [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
     rows = [r for r in rows if isinstance(r, dict) and "BLEU-4" in r]
-    rows.sort(key=lambda r: (r["minutes"], r["seed"], CHOICES.index(r["model"])))
-    print("| model | seed | minutes | steps | decoding | BLEU-1 | BLEU-4 | CIDEr | exact | localization | "
+    rows.sort(key=lambda r: (r["minutes"], r["seed"], CHOICES.index(r["model"]), r.get("query") or ""))
+    print("| model | seed | minutes | cores | steps | decoding | BLEU-1 | BLEU-4 | CIDEr | exact | localization | "
           "3+ objects: BLEU-4 | 3+: exact |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         local = r.get("localization")
         three = r["three_or_more_objects"]
-        print(f"| {r['model']} | {r['seed']} | {r['minutes']:g} | {r['training']['steps']} | {r['decoding']} | "
+        model = r["model"] + (" gumbel" if r.get("estimator") == "gumbel" else "") + (
+            f" ({r['query']} query)" if r.get("query") else "") + (
+            f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "")
+        print(f"| {model} | {r['seed']} | {r['minutes']:g} | {r.get('cores', '?')} | {r['training']['steps']} | {r['decoding']} | "
               f"{r['BLEU-1']:.1f} | {r['BLEU-4']:.1f} | {r['CIDEr']:.2f} | {r['exact_match']:.3f} | "
               f"{'-' if local is None else f'{local:.3f}'} | {three['BLEU-4']:.1f} | {three['exact_match']:.3f} |")
 

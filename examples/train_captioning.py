@@ -43,6 +43,9 @@ def parse_args(argv=None):
                              "(default: soft)")
     parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
                         help="hard attention's gradient estimator (default: reinforce, the paper's)")
+    parser.add_argument("--query", choices=("previous", "current"), default="previous",
+                        help="soft / hard attention's query: h_{t-1} as in Xu et al. (default) or h_t after "
+                             "reading the previous word (Lu et al. 2017)")
     parser.add_argument("--data", default="scenes", help="scenes | scenes:NUM_TRAIN | flickr8k:DIR | coco:DIR")
     parser.add_argument("--encoder", default="small",
                         help="small (a CNN trained from scratch, default) or a keras.applications class name, "
@@ -51,6 +54,10 @@ def parse_args(argv=None):
                         help="the backbone's weights: imagenet (downloads) or a local weights file (default: "
                              "random)")
     parser.add_argument("--fine-tune", action="store_true", help="train the backbone too (default: frozen)")
+    parser.add_argument("--feature-cache", default=os.path.join("artifacts", "captioning", "features"),
+                        help="where a frozen keras.applications backbone's features are kept: computed once per "
+                             "backbone, weights and image set, then read instead of the images; 'none' runs the "
+                             "backbone every step (default artifacts/captioning/features)")
     parser.add_argument("--image-size", type=int, default=64, help="images are resized to this square side")
     parser.add_argument("--epochs", type=int, default=30, help="passes over the training captions (default 30)")
     parser.add_argument("--minutes", type=float, default=None,
@@ -121,9 +128,6 @@ def run(args):
     print(f"data: {args.data}, {len(splits.train)} train / {len(splits.validation)} validation / "
           f"{len(splits.test)} test images; {vocabulary.vocabulary_size} tokens; {cut['captions']} of "
           f"{cut['total']} training captions cut at --max-length {args.max_length}")
-    options = dict(batch_size=args.batch_size, image_size=args.image_size, max_length=args.max_length)
-    train = data.make_dataset(splits.train, vocabulary, seed=args.seed, **options)
-    validation = data.make_dataset(splits.validation, vocabulary, shuffle=False, **options)
     test = splits.test if splits.test.images is not None else predict.load_images(splits.test, args.image_size)
 
     encoder = dict(image_size=args.image_size, backbone=args.encoder, backbone_weights=args.encoder_weights,
@@ -131,10 +135,22 @@ def run(args):
     with strategy.scope():
         try:
             model = build_captioner(args.attention, vocabulary.vocabulary_size, estimator=args.estimator,
-                                    seed=args.seed, learning_rate=args.learning_rate, max_length=args.max_length,
-                                    **encoder)
+                                    query=args.query, seed=args.seed, learning_rate=args.learning_rate,
+                                    max_length=args.max_length, **encoder)
         except ValueError as error:
             raise UsageError(str(error)) from None
+    options = dict(batch_size=args.batch_size, image_size=args.image_size, max_length=args.max_length)
+    features = {}
+    if model.encoder.frozen and args.feature_cache != "none":
+        from attnlayers.applications.captioning.features import cache_features
+
+        for split in ("train", "validation"):
+            print(f"{split} features of the frozen {args.encoder} -> {args.feature_cache}")
+            features[split] = cache_features(model.encoder, getattr(splits, split), args.feature_cache)
+    train = data.make_dataset(splits.train, vocabulary, seed=args.seed, features=features.get("train"), **options)
+    validation = data.make_dataset(splits.validation, vocabulary, shuffle=False, features=features.get("validation"),
+                                   **options)
+    with strategy.scope():
         model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
     print(f"model: {args.attention} attention, encoder {args.encoder} (grid {model.grid_shape}); "
           f"{model.count_params():,} parameters; {core.describe_runtime(strategy)}")
@@ -166,7 +182,8 @@ def run(args):
         print(f"exported {path}: tf.saved_model.load(path).caption(uint8 images)")
         return path
 
-    record = {"attention": args.attention, "estimator": args.estimator, "data": args.data, "seed": args.seed,
+    record = {"attention": args.attention, "estimator": args.estimator, "query": args.query, "data": args.data,
+              "seed": args.seed,
               "encoder": args.encoder, "image_size": args.image_size, "batch_size": args.batch_size,
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(

@@ -12,8 +12,8 @@
 Modules: `data` (the scene task, Flickr8k / COCO readers, vocabulary, tf.data pipeline), `encoder`
 (ImageEncoder: a small CNN or a keras.applications backbone), `model` (ShowAttendTell soft / hard, ShowAndTell,
 TransformerCaptioner),
-`evaluate` (BLEU-1..4, CIDEr, exact match, attention localization) and `export` (the `caption` SavedModel;
-imports TensorFlow, so it is not imported here).
+`evaluate` (BLEU-1..4, CIDEr, exact match, attention localization), `features` (the on-disk feature cache of
+a frozen backbone) and `export` (the `caption` SavedModel; imports TensorFlow, so it is not imported here).
 """
 
 from . import data

@@ -55,7 +55,9 @@ class ImageEncoder(keras.layers.Layer):
             a deep backbone's padding effects carry some.
 
     Call arguments:
-        images: (B, S, S, 3), uint8 0..255 or float in the same range.
+        images: (B, S, S, 3), uint8 0..255 or float in the same range; or, for a frozen keras.applications
+            backbone, its precomputed features (B, L, D) (:meth:`extract`, cached on disk by
+            ``captioning.features.cache_features``), to which only the position embedding is added.
         training: dropout / batch-norm mode of the backbone.
 
     Returns:
@@ -75,9 +77,11 @@ class ImageEncoder(keras.layers.Layer):
                                  f"({2 ** len(self.filters)}) for the small CNN.")
             self.layers_ = []
             for i, f in enumerate(self.filters):
-                self.layers_ += [keras.layers.Conv2D(f, 3, padding="same", activation="relu", name=f"conv{i}a"),
-                                 keras.layers.Conv2D(f, 3, padding="same", activation="relu", name=f"conv{i}b"),
-                                 keras.layers.MaxPooling2D(2, name=f"pool{i}")]
+                policy = self.dtype_policy  # the sublayers compute in the encoder's (mixed) precision
+                self.layers_ += [
+                    keras.layers.Conv2D(f, 3, padding="same", activation="relu", dtype=policy, name=f"conv{i}a"),
+                    keras.layers.Conv2D(f, 3, padding="same", activation="relu", dtype=policy, name=f"conv{i}b"),
+                    keras.layers.MaxPooling2D(2, dtype=policy, name=f"pool{i}")]
             self.preprocess = None
         elif backbone in BACKBONES:
             model = getattr(keras.applications, backbone)(include_top=False, weights=weights,
@@ -88,6 +92,12 @@ class ImageEncoder(keras.layers.Layer):
         else:
             raise ValueError(f"Unknown backbone {backbone!r}; expected 'small' or one of {sorted(BACKBONES)}.")
         self.position_embedding, self._grid = None, None
+
+    @property
+    def frozen(self):
+        """True for a keras.applications backbone that is not fine-tuned: a fixed function of the image, whose
+        features can be computed once (:meth:`extract`) and fed instead of the images."""
+        return self.preprocess is not None and not self.fine_tune
 
     @property
     def grid_shape(self):
@@ -101,10 +111,29 @@ class ImageEncoder(keras.layers.Layer):
             shape = layer.compute_output_shape(shape)
         self._grid, self.feature_dim = (int(shape[1]), int(shape[2])), int(shape[3])
         if self.use_position_embedding:
-            self.position_embedding = PositionEmbedding(self._grid[0] * self._grid[1], name="grid_position")
+            self.position_embedding = PositionEmbedding(self._grid[0] * self._grid[1], dtype=self.dtype_policy,
+                                                        name="grid_position")
             self.position_embedding.build((None, self._grid[0] * self._grid[1], self.feature_dim))
 
-    def call(self, images, training=None):
+    def check_input(self, inputs, name="images"):
+        """``inputs`` as a tensor: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone; else a
+        ValueError."""
+        x = ops.convert_to_tensor(inputs)
+        if len(x.shape) == 3 and self.frozen:
+            if not self.built:
+                self.build()
+            if tuple(x.shape[1:]) != (self._grid[0] * self._grid[1], self.feature_dim):
+                raise ValueError(f"Precomputed `{name}` features must have shape (batch, "
+                                 f"{self._grid[0] * self._grid[1]}, {self.feature_dim}) for this backbone; "
+                                 f"received shape {tuple(x.shape)}.")
+            return x
+        if len(x.shape) == 3 and self.preprocess is not None:
+            raise ValueError(f"Precomputed features (rank 3, shape {tuple(x.shape)}) are accepted only by a frozen "
+                             "backbone (fine_tune=False); pass images of shape (batch, height, width, 3).")
+        return check_images(x, name)
+
+    def extract(self, images, training=None):
+        """The backbone alone: (B, S, S, 3) -> (B, L, D) features, before the position embedding."""
         x = check_images(images)
         if x.shape[1] is not None and (x.shape[1], x.shape[2]) != (self.image_size, self.image_size):
             raise ValueError(f"`images` must be {self.image_size} x {self.image_size} (resize them first); "
@@ -113,12 +142,16 @@ class ImageEncoder(keras.layers.Layer):
         x = x / 255.0 if self.preprocess is None else self.preprocess(x)
         for layer in self.layers_:
             x = layer(x, training=training and self.fine_tune if self.preprocess is not None else training)
-        a = ops.reshape(x, (ops.shape(x)[0], self._grid[0] * self._grid[1], self.feature_dim))  # (B, L, D)
+        return ops.reshape(x, (ops.shape(x)[0], self._grid[0] * self._grid[1], self.feature_dim))  # (B, L, D)
+
+    def call(self, images, training=None):
+        x = self.check_input(images)
+        a = ops.cast(x, self.compute_dtype) if len(x.shape) == 3 else self.extract(x, training=training)
         if self.position_embedding is not None:
             a = a + ops.cast(self.position_embedding(a), a.dtype)
         return a
 
-    def compute_output_shape(self, images_shape):
+    def compute_output_shape(self, images_shape):  # images or features: (B, L, D)
         return (images_shape[0], self._grid[0] * self._grid[1], self.feature_dim)
 
     def get_config(self):

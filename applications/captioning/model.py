@@ -28,13 +28,12 @@ from attnlayers import (
     TokenAndPositionEmbedding,
     TransformerDecoder,
 )
-from attnlayers.distribution import scale_for_replicas
 from attnlayers.validation import is_number, one_of, positive_int, rate_in_unit_interval
 
 from ..core.generation import Seq2SeqGenerator, check_token_ids
 from ..core.losses import MaskedCrossEntropy
 from ..core.metrics import MaskedAccuracy
-from .encoder import PACKAGE, ImageEncoder, check_images
+from .encoder import PACKAGE, ImageEncoder
 
 ATTENTIONS = ("soft", "hard")
 
@@ -49,12 +48,22 @@ def next_tokens(caption_in, pad_token_id, end_token_id):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ShowAttendTellDecoder(BahdanauDecoder):
-    """The attention LSTM of Show, Attend and Tell (Xu et al. 2015), one step t::
+    """The attention LSTM of Show, Attend and Tell (Xu et al. 2015), one step t, ``query="previous"``::
 
         e_ti = f_att(a_i, h_{t-1}),  alpha_t = softmax(e_t)                    (eq. 4, 5)
         z_t  = beta_t * phi({a_i}, {alpha_i}),  beta_t = sigmoid(f_beta(h_{t-1}))  (section 4.2.1, the selector)
         h_t, c_t = LSTM([E y_{t-1}; z_t], h_{t-1}, c_t-1)                     (eq. 1-3)
         output_t = [h_t; z_t]
+
+    ``query="current"`` attends from the state that has read y_{t-1}, as the spatial attention of Lu et al.
+    (2017, "Knowing When to Look", eq. 1-6) does::
+
+        h_t, c_t = LSTM(E y_{t-1}, h_{t-1}, c_{t-1})
+        e_ti = f_att(a_i, h_t),  z_t = beta_t * phi({a_i}, {alpha_i}),  beta_t = sigmoid(f_beta(h_t))
+        output_t = [h_t; z_t]
+
+    There z_t reaches the word t only through the deep output, so the map for word t is where that word was
+    read; with Xu's order the LSTM can carry what z_{t-1} read, and the map may move on one word early.
 
     phi is the soft expectation sum_i alpha_ti a_i (eq. 13, with ``Attention``) or, with ``HardAttention``,
     a sampled a_{s_t}, s_t ~ Multinoulli(alpha_t) (eq. 8-9). In training a hard decoder uses the attention
@@ -68,6 +77,8 @@ class ShowAttendTellDecoder(BahdanauDecoder):
         attention: an attnlayers attention layer over the annotations (default: soft ``Attention`` with the
             additive score).
         selector: use the gating scalar beta_t.
+        query: "previous" (Xu et al.: h_{t-1}, z_t fed to the LSTM) or "current" (Lu et al.: h_t after reading
+            y_{t-1}; the LSTM reads the word alone).
         expected_context_rate: (hard attention) probability of the expected context in training, in [0, 1].
         cell: "lstm" (default, the paper's) or another single cell (see ``BahdanauDecoder``).
 
@@ -75,11 +86,14 @@ class ShowAttendTellDecoder(BahdanauDecoder):
     """
 
     default_cell = "lstm"
+    queries = ("previous", "current")
 
-    def __init__(self, units=None, attention=None, cell=None, selector=True, expected_context_rate=0.5, **kwargs):
+    def __init__(self, units=None, attention=None, cell=None, selector=True, expected_context_rate=0.5,
+                 query="previous", **kwargs):
         super().__init__(units, attention, cell, **kwargs)
+        self.query = one_of(query, "query", self.queries)
         if isinstance(self.cell, keras.layers.StackedRNNCells):
-            raise ValueError("ShowAttendTellDecoder needs a single cell (its query is h_{t-1}); received a "
+            raise ValueError("ShowAttendTellDecoder needs a single cell (its query is that cell's h); received a "
                              "StackedRNNCells.")
         self.use_selector = bool(selector)
         if not is_number(expected_context_rate) or not 0.0 <= expected_context_rate <= 1.0:
@@ -93,14 +107,16 @@ class ShowAttendTellDecoder(BahdanauDecoder):
         if self.selector is not None and not self.selector.built:
             self.selector.build((None, self.units))
 
-    def _step(self, y_prev, cache, index, training, return_sample=False):
-        states = cache["states"]
-        h_prev = states[0]  # the LSTM's h_{t-1} (a GRU's only state)
-        context, weights, sample = self._attend(h_prev, cache, index, training, return_sample)  # eq. 4-5, 8-9
+    def _cell_input_dim(self, embedding_dim, memory_dim):
+        return embedding_dim + (memory_dim if self.query == "previous" else 0)  # [E y_{t-1}; z_t] or E y_{t-1}
+
+    def _context(self, query, cache, index, training, return_sample):
+        """z_t, alpha_t (B, L) and the sample dict (or None) from one (B, units) query."""
+        context, weights, sample = self._attend(query, cache, index, training, return_sample)  # eq. 4-5, 8-9
         if training and self.attention.stochastic and self.expected_context_rate > 0:
             # Xu et al. section 4.1: with probability 0.5 the expected context instead of the sample.
-            expected_context, alpha, _ = self._attend(h_prev, cache, index, training=False)
-            use_expectation = keras.random.uniform((ops.shape(h_prev)[0], 1), seed=self.attention.seed_generator)
+            expected_context, alpha, _ = self._attend(query, cache, index, training=False)
+            use_expectation = keras.random.uniform((ops.shape(query)[0], 1), seed=self.attention.seed_generator)
             use_expectation = use_expectation < self.expected_context_rate  # (B, 1)
             context = ops.where(use_expectation, expected_context, context)
             weights = ops.where(use_expectation, alpha, weights)
@@ -108,16 +124,25 @@ class ShowAttendTellDecoder(BahdanauDecoder):
                 sample = {"log_prob": ops.where(use_expectation[:, 0], 0.0, sample["log_prob"]),
                           "entropy": sample["entropy"]}
         if self.selector is not None:
-            beta = ops.sigmoid(ops.cast(self.selector(h_prev), context.dtype))  # (B, 1), section 4.2.1
+            beta = ops.sigmoid(ops.cast(self.selector(query), context.dtype))  # (B, 1), section 4.2.1
             context = beta * context
-        h, new_states = self._run_cell(ops.concatenate([ops.cast(y_prev, self.compute_dtype), context], -1),
-                                       states, training)  # eq. 1-3
-        output = ops.concatenate([ops.cast(h, self.compute_dtype), context], axis=-1)
-        return output, {"states": new_states}, weights, sample
+        return context, weights, sample
+
+    def _step(self, y_prev, cache, index, training, return_sample=False):
+        states, y_prev = cache["states"], ops.cast(y_prev, self.compute_dtype)
+        if self.query == "current":  # Lu et al.: read y_{t-1}, then attend from h_t
+            h, new_states = self._run_cell(y_prev, states, training)
+            h = ops.cast(h, self.compute_dtype)
+            context, weights, sample = self._context(h, cache, index, training, return_sample)
+        else:  # Xu et al.: attend from h_{t-1} (the LSTM's first state; a GRU's only one), then read [y; z]
+            context, weights, sample = self._context(states[0], cache, index, training, return_sample)
+            h, new_states = self._run_cell(ops.concatenate([y_prev, context], -1), states, training)  # eq. 1-3
+            h = ops.cast(h, self.compute_dtype)
+        return ops.concatenate([h, context], axis=-1), {"states": new_states}, weights, sample
 
     def get_config(self):
         return {**super().get_config(), "selector": self.use_selector,
-                "expected_context_rate": self.expected_context_rate}
+                "expected_context_rate": self.expected_context_rate, "query": self.query}
 
 
 class _CaptionerBase(Seq2SeqGenerator):
@@ -140,7 +165,7 @@ class _CaptionerBase(Seq2SeqGenerator):
         self.dropout = keras.layers.Dropout(dropout)
 
     def check_source(self, inputs):
-        return check_images(inputs)
+        return self.encoder.check_input(inputs)
 
     @property
     def grid_shape(self):
@@ -150,7 +175,7 @@ class _CaptionerBase(Seq2SeqGenerator):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
             raise ValueError("Captioners are called on `(images, caption_in)`: (B, S, S, 3) images and (B, T) "
                              f"int token ids; received {type(inputs).__name__}.")
-        return check_images(inputs[0]), check_token_ids(inputs[1], "caption_in")
+        return self.encoder.check_input(inputs[0]), check_token_ids(inputs[1], "caption_in")
 
     def compile_for_captioning(self, learning_rate=1e-3, label_smoothing=0.0, clipnorm=5.0, **kwargs):
         """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy` (pad masked)."""
@@ -184,7 +209,7 @@ class _Captioner(_CaptionerBase):
 
     def encode(self, images, training=None):
         """(B, S, S, 3) -> annotations (B, L, D) and the initial LSTM state [h_0, c_0], each (B, units)."""
-        annotations = self.encoder(check_images(images), training=training)
+        annotations = self.encoder(images, training=training)
         mean = ops.mean(annotations, axis=1)
         return annotations, [self.init_h(mean), self.init_c(mean)]
 
@@ -215,7 +240,7 @@ class ShowAttendTell(_Captioner):
             real words), divided by L (as common implementations do, so that lambda does not grow with the
             grid) and averaged over the batch; 0 turns it off.
         entropy_weight, baseline_decay: (REINFORCE) lambda_e of eq. 13 and the decay of the baseline.
-        selector, expected_context_rate: see :class:`ShowAttendTellDecoder`.
+        selector, expected_context_rate, query: see :class:`ShowAttendTellDecoder`.
         image_size, backbone, filters, backbone_weights, fine_tune, position_embedding: the
             :class:`ImageEncoder`'s (``backbone_weights`` is its ``weights``).
         embedding_dim, units, dropout: E, the LSTM's size, dropout on h_t and the deep output.
@@ -226,7 +251,7 @@ class ShowAttendTell(_Captioner):
 
     def __init__(self, vocabulary_size, *, attention="soft", estimator="reinforce", inference="expectation",
                  doubly_stochastic=1.0, entropy_weight=0.01, baseline_decay=0.9, selector=True,
-                 expected_context_rate=0.5, seed=None, **kwargs):
+                 expected_context_rate=0.5, query="previous", seed=None, **kwargs):
         super().__init__(vocabulary_size, **kwargs)
         self.attention_type = one_of(attention, "attention", ATTENTIONS)
         self.estimator, self.inference, self.seed = estimator, inference, seed
@@ -240,7 +265,7 @@ class ShowAttendTell(_Captioner):
         else:
             layer = HardAttention(score=score, estimator=estimator, inference=inference, seed=seed,
                                   name="attention")
-        self.decoder = ShowAttendTellDecoder(self.units, layer, selector=selector,
+        self.decoder = ShowAttendTellDecoder(self.units, layer, selector=selector, query=query,
                                              expected_context_rate=expected_context_rate, name="decoder")
         self.reinforce = (ReinforceLoss(baseline_decay, entropy_weight, name="reinforce")
                           if attention == "hard" and estimator == "reinforce" else None)
@@ -267,7 +292,7 @@ class ShowAttendTell(_Captioner):
             # eq. 14: lambda * sum_i (1 - sum_t alpha_ti)^2 over the caption's real steps, divided by L.
             coverage = ops.sum(ops.cast(alpha, "float32") * ops.cast(step_mask, "float32")[..., None], axis=1)
             penalty = self.doubly_stochastic * ops.mean(ops.square(1.0 - coverage))
-            self.add_loss(scale_for_replicas(penalty))  # Keras does not divide add_loss terms by the replicas
+            self.add_loss(penalty)  # Keras divides add_loss terms by the replicas itself
         if sampled:
             # REINFORCE (eq. 11-13): the reward is minus the caption's mean word log-loss.
             targets = next_tokens(caption_in, self.pad_token_id, self.end_token_id)
@@ -292,7 +317,7 @@ class ShowAttendTell(_Captioner):
     def attention_maps(self, images, caption_in):
         """(B, T, L) attention weights under teacher forcing (inference weights: hard attention's
         ``inference``); row t is the map used to predict word t of ``caption_out``."""
-        images, caption_in = check_images(images), check_token_ids(caption_in, "caption_in")
+        images, caption_in = self.encoder.check_input(images), check_token_ids(caption_in, "caption_in")
         return self._decode(images, caption_in)[2]
 
     def get_config(self):
@@ -300,7 +325,7 @@ class ShowAttendTell(_Captioner):
                 "inference": self.inference, "doubly_stochastic": self.doubly_stochastic,
                 "entropy_weight": self.entropy_weight, "baseline_decay": self.baseline_decay,
                 "selector": self.decoder.use_selector, "expected_context_rate": self.decoder.expected_context_rate,
-                "seed": self.seed}
+                "query": self.decoder.query, "seed": self.seed}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -380,7 +405,7 @@ class TransformerCaptioner(_CaptionerBase):
 
     def encode(self, images, training=None):
         """(B, S, S, 3) -> memory (B, L, d_model)."""
-        return self.project(self.encoder(check_images(images), training=training))
+        return self.project(self.encoder(images, training=training))
 
     def call(self, inputs, training=None):
         images, caption_in = self._split(inputs)
@@ -418,7 +443,7 @@ class TransformerCaptioner(_CaptionerBase):
     def attention_maps(self, images, caption_in):
         """(B, T, L): the last decoder layer's cross-attention, averaged over the heads."""
         caption_in = check_token_ids(caption_in, "caption_in")
-        memory = self.encode(check_images(images))
+        memory = self.encode(self.encoder.check_input(images))
         out = self.decoder(self.embedding(caption_in), memory,
                            decoder_padding_mask=ops.not_equal(caption_in, self.pad_token_id),
                            return_attention_scores=True)

@@ -64,12 +64,19 @@ def teacher_forced_attention(model, caption_set, vocabulary, *, max_length=24, b
     return [m[:n] for m, n in zip(maps, lengths)]
 
 
+def _word_kind(word):
+    from .data import COLOURS, SHAPES, SIZES
+
+    return "colour" if word in COLOURS else "size" if word in SIZES else "shape" if word in SHAPES else None
+
+
 def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max_length=None):
     """BLEU-1..4 and CIDEr (``evaluate.caption_metrics``), exact match, and, when ``caption_set`` has object
     boxes and the model attention, the localization of object words (teacher forcing on the reference).
 
     Returns:
-        ``{"BLEU-1".., "CIDEr", "exact_match", "localization", "localization_words", "captions": [...]}``.
+        ``{"BLEU-1".., "CIDEr", "exact_match", "localization", "localization_words", "localization_by_kind"
+        ({"colour" | "size" | "shape": share}), "captions": [...]}``.
     """
     hypotheses = caption_images(model, caption_set.images, vocabulary, strategy=strategy, max_length=max_length)
     result = {**evaluate.caption_metrics(hypotheses, caption_set.captions),
@@ -80,9 +87,11 @@ def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max
             boxes = [[o.box for o in objects] for objects in caption_set.objects]
             hard = getattr(model, "attention_type", None) == "hard"
             image_size = caption_set.images.shape[1:3]
+            kinds = [[_word_kind(word) for word in references[0].split()] for references in caption_set.captions]
             found = evaluate.attention_localization(maps, model.grid_shape, image_size, boxes,
-                                                    caption_set.word_objects, hard=hard)
+                                                    caption_set.word_objects, hard=hard, word_kinds=kinds)
             result["localization"], result["localization_words"] = found["localization"], found["words"]
+            result["localization_by_kind"] = {k: v["localization"] for k, v in found["by_kind"].items()}
     result["captions"] = hypotheses
     return result
 

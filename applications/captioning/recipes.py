@@ -13,8 +13,8 @@ from .model import ShowAndTell, ShowAttendTell, TransformerCaptioner
 MODELS = ("soft", "hard", "none", "transformer")
 
 
-def build_captioner(name, vocabulary_size, *, estimator="reinforce", seed=None, learning_rate=1e-3, max_length=24,
-                    **encoder):
+def build_captioner(name, vocabulary_size, *, estimator="reinforce", query="previous", doubly_stochastic=1.0,
+                    seed=None, learning_rate=1e-3, max_length=24, **encoder):
     """Builds and compiles a captioner.
 
     Args:
@@ -22,6 +22,9 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", seed=None, 
             (:class:`TransformerCaptioner`).
         vocabulary_size: V.
         estimator: hard attention's gradient estimator, "reinforce" or "gumbel".
+        query: (soft / hard) the attention's query, "previous" (Xu et al.'s h_{t-1}) or "current" (h_t after
+            reading the previous word, Lu et al. 2017); see :class:`ShowAttendTellDecoder`.
+        doubly_stochastic: (soft / hard) lambda of the doubly stochastic penalty (Xu et al. eq. 14).
         seed: seed of hard attention's samples.
         learning_rate: Adam's.
         max_length: the longest caption in tokens (the Transformer's position table; RNNs have no limit).
@@ -38,7 +41,7 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", seed=None, 
         model = TransformerCaptioner(vocabulary_size, max_length=max_length, name="transformer_captioner",
                                      **encoder)
     else:
-        model = ShowAttendTell(vocabulary_size, attention=name, estimator=estimator, seed=seed,
-                               name="show_attend_tell", **encoder)
+        model = ShowAttendTell(vocabulary_size, attention=name, estimator=estimator, query=query, seed=seed,
+                               doubly_stochastic=doubly_stochastic, name="show_attend_tell", **encoder)
     model.compile_for_captioning(learning_rate)
     return model

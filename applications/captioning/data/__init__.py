@@ -6,13 +6,14 @@ into batches for `model.fit`; nothing is downloaded.
     readers.py      read_flickr8k, read_coco: the users' formats, as image paths
     split.py        split_caption_set (seeded, by image), parse_data_argument ("scenes", "flickr8k:DIR", ...)
     vocabulary.py   CaptionVocabulary, normalize_caption: word-level ids, pad 0 / start 1 / end 2 / unk 3
-    pipeline.py     make_dataset, encode_captions, count_truncated: tf.data batches (TensorFlow imported on use)
+    pipeline.py     make_dataset, encode_captions, count_truncated, image_batches: tf.data batches (TensorFlow
+                    imported on use)
 
 docs/captioning-data.md is the data card: the scene grammar and sizes, the readers' formats and flags.
 """
 
 from .caption_set import CaptionSet, CaptionSplits, SceneObject
-from .pipeline import count_truncated, encode_captions, make_dataset
+from .pipeline import count_truncated, encode_captions, image_batches, make_dataset
 from .readers import read_coco, read_flickr8k
 from .scenes import COLOURS, RELATIONS, SHAPES, SIZES, describe_scene, load_scenes, make_scenes, object_sizes
 from .split import DATA_SCHEMES, parse_data_argument, split_caption_set
@@ -32,6 +33,7 @@ __all__ = [
     "count_truncated",
     "describe_scene",
     "encode_captions",
+    "image_batches",
     "load_scenes",
     "make_dataset",
     "make_scenes",

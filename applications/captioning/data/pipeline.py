@@ -101,6 +101,29 @@ def _resize_arrays(tf, images: np.ndarray, image_size: int) -> np.ndarray:
     return out
 
 
+def _load_file(tf, path, image_size):
+    """One image file -> uint8 (image_size, image_size, 3): decoded (JPEG, PNG, GIF's first frame, BMP; grayscale
+    and RGBA to RGB) and resized (bilinear, antialiased)."""
+    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    image = _to_uint8(tf, tf.image.resize(image, [image_size, image_size], antialias=True))
+    image.set_shape([image_size, image_size, 3])
+    return image
+
+
+def image_batches(caption_set: CaptionSet, image_size: int = 64, batch_size: int = 64):
+    """The images of `caption_set` in order, decoded and resized as `make_dataset` does: yields uint8 NumPy
+    batches (b, image_size, image_size, 3), b <= batch_size."""
+    import tensorflow as tf
+
+    image_size, batch_size = positive_int(image_size, "image_size"), positive_int(batch_size, "batch_size")
+    for start in range(0, len(caption_set), batch_size):
+        if caption_set.images is not None:
+            yield _resize_arrays(tf, caption_set.images[start : start + batch_size], image_size)
+        else:
+            paths = caption_set.image_paths[start : start + batch_size]
+            yield np.stack([_load_file(tf, path, image_size).numpy() for path in paths])
+
+
 def make_dataset(
     caption_set: CaptionSet,
     vocabulary: CaptionVocabulary,
@@ -111,6 +134,7 @@ def make_dataset(
     shuffle: bool = True,
     seed: int = 0,
     drop_remainder: bool = False,
+    features=None,
 ):
     """Batches `((images, caption_in), caption_out)` for `model.fit`.
 
@@ -131,10 +155,13 @@ def make_dataset(
         shuffle: shuffle the examples (for training); False keeps image order, references in file order.
         seed: shuffle seed.
         drop_remainder: drop the last smaller batch, so the batch dimension is static too.
+        features: instead of the images, a frozen backbone's precomputed features, float (N, L, D) in image
+            order (`captioning.features.cache_features`, a memory-mapped file): each batch reads its rows from
+            it (through `tf.numpy_function`, so the whole array never sits in memory).
 
     Returns:
         A `tf.data.Dataset` of `((images, caption_in), caption_out)`: images uint8 (B, image_size,
-        image_size, 3); caption_in and caption_out int32 (B, max_length), padded with `pad_token_id` = 0 (a loss
+        image_size, 3) (with `features`: float32 (B, L, D)); caption_in and caption_out int32 (B, max_length), padded with `pad_token_id` = 0 (a loss
         must ignore positions where caption_out == 0).
     """
     import tensorflow as tf
@@ -156,7 +183,19 @@ def make_dataset(
         )
     caption_in, caption_out = _pad(tokens, vocabulary, max_length)
 
-    if caption_set.images is not None:
+    if features is not None:
+        if getattr(features, "ndim", None) != 3 or len(features) != len(caption_set):
+            raise ValueError(f"`features` must be an array (N, L, D) with one row per image (N = {len(caption_set)}); "
+                             f"received shape {getattr(features, 'shape', None)}.")
+        row_shape = tuple(int(d) for d in features.shape[1:])
+
+        def load(i):
+            row = tf.numpy_function(lambda j: np.asarray(features[j], np.float32), [i], tf.float32)
+            row.set_shape(row_shape)
+            return row
+
+        sources = image_index
+    elif caption_set.images is not None:
         images = tf.constant(_resize_arrays(tf, caption_set.images, image_size))
 
         def load(i):
@@ -167,11 +206,7 @@ def make_dataset(
         sources = np.asarray([caption_set.image_paths[i] for i in image_index], dtype=object).astype(str)
 
         def load(path):
-            image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-            image = tf.image.resize(image, [image_size, image_size], antialias=True)
-            image = _to_uint8(tf, image)
-            image.set_shape([image_size, image_size, 3])
-            return image
+            return _load_file(tf, path, image_size)
 
     ds = tf.data.Dataset.from_tensor_slices((sources, caption_in, caption_out))
     if shuffle:

@@ -27,7 +27,8 @@ def test_help_explains_every_flag(script, capsys):
         script.parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert exit_.value.code == 0
-    for flag in ("--attention", "--estimator", "--data", "--encoder", "--encoder-weights", "--fine-tune",
+    for flag in ("--attention", "--estimator", "--query", "--data", "--encoder", "--encoder-weights", "--fine-tune",
+                 "--feature-cache",
                  "--epochs", "--minutes", "--batch-size", "--strategy", "--precision", "--beam-size", "--out"):
         assert flag in text
     for choice in ("soft", "hard", "none", "reinforce", "gumbel", "flickr8k:DIR", "coco:DIR", "mirrored"):

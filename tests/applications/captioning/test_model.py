@@ -5,6 +5,7 @@ the Show-Attend-Tell decoder, a keras.applications backbone, serialization and b
 import keras
 import numpy as np
 import pytest
+from harness import run_layer_test
 from attnlayers import Attention, HardAttention, ReinforceLoss
 from attnlayers.applications.captioning import (
     ImageEncoder,
@@ -57,6 +58,51 @@ def test_selector_gate_and_soft_context_against_numpy():
     assert plain.selector is None and "selector" in plain.get_config()
 
 
+@pytest.mark.parametrize("query", ["previous", "current"])
+def test_decoder_passes_the_layer_harness(query):
+    """Build, symbolic call, config and .keras round trips, jit, mixed precision, gradients, memory masks."""
+    rng = np.random.default_rng(0)
+    run_layer_test(
+        ShowAttendTellDecoder,
+        {"units": 6, "query": query},
+        {"target_embeddings": rng.normal(size=(2, 3, 4)).astype("float32"),
+         "memory": rng.normal(size=(2, 5, 6)).astype("float32")},
+        call_kwargs={"return_attention_scores": True},
+        expected_output_shape=((2, 3, 12), (2, 3, 5)),
+        mask_check={"input_name": "memory", "mask_arg": "memory_mask", "zero_rows": False},
+    )
+
+
+def test_image_encoder_passes_the_layer_harness():
+    images = np.random.default_rng(0).integers(0, 256, (2, 16, 16, 3)).astype("float32")
+    run_layer_test(ImageEncoder, {"image_size": 16, "filters": (4, 8)}, images, expected_output_shape=(2, 16, 8))
+
+
+def test_current_query_reads_the_word_then_attends_from_h_t():
+    """query="current" (Lu et al. 2017): h_t = LSTM(E y_{t-1}, h_{t-1}); z_t = sigmoid(f_beta(h_t)) * sum_i
+    alpha_ti a_i with alpha_t from h_t; the LSTM does not read z_t."""
+    keras.utils.set_random_seed(2)
+    decoder = ShowAttendTellDecoder(6, Attention(score="dot"), query="current")
+    rng = np.random.default_rng(1)
+    memory = rng.normal(size=(2, 5, 6)).astype("float32")
+    y = rng.normal(size=(2, 3, 7)).astype("float32")
+    h0, c0 = rng.normal(size=(2, 6)).astype("float32"), rng.normal(size=(2, 6)).astype("float32")
+    outputs, alpha = (_numpy(x) for x in decoder(y, memory, initial_state=[h0, c0], return_attention_scores=True))
+    assert decoder.cell.kernel.shape == (7, 24)  # the LSTM reads E y_{t-1} alone
+    h1 = _numpy(decoder.cell(y[:, 0], [h0, c0])[0])
+    np.testing.assert_allclose(outputs[:, 0, :6], h1, rtol=1e-5, atol=1e-6)
+    scores = np.einsum("bd,bsd->bs", h1, memory)  # the dot score from h_t
+    expected_alpha = np.exp(scores - scores.max(-1, keepdims=True))
+    expected_alpha /= expected_alpha.sum(-1, keepdims=True)
+    np.testing.assert_allclose(alpha[:, 0], expected_alpha, rtol=1e-5, atol=1e-6)
+    w, b = (_numpy(v) for v in decoder.selector.weights)
+    z = 1 / (1 + np.exp(-(h1 @ w + b))) * np.einsum("bs,bsd->bd", expected_alpha, memory)
+    np.testing.assert_allclose(outputs[:, 0, 6:], z, rtol=1e-5, atol=1e-6)
+    assert ShowAttendTellDecoder.from_config(decoder.get_config()).query == "current"
+    with pytest.raises(ValueError, match="query"):
+        ShowAttendTellDecoder(6, query="next")
+
+
 @pytest.mark.parametrize("attention", ["soft", "hard"])
 def test_doubly_stochastic_penalty_against_numpy(attention):
     """lambda * mean over (B, L) of (1 - sum_t m_t alpha_ti)^2 (Xu eq. 14, divided by L), t over real steps."""
@@ -78,11 +124,12 @@ def test_doubly_stochastic_penalty_against_numpy(attention):
 
 @pytest.mark.parametrize("make", [lambda: ShowAttendTell(V, **SMALL),
                                   lambda: ShowAttendTell(V, attention="hard", **SMALL),
+                                  lambda: ShowAttendTell(V, attention="soft", query="current", **SMALL),
                                   lambda: ShowAndTell(V, **SMALL),
                                   lambda: TransformerCaptioner(V, num_layers=1, d_model=16, num_heads=2,
                                                                intermediate_dim=16, max_length=8, image_size=16,
                                                                filters=(4, 8), dropout=0.0)],
-                         ids=["soft", "hard", "none", "transformer"])
+                         ids=["soft", "hard", "soft-current", "none", "transformer"])
 def test_step_by_step_decoding_equals_teacher_forcing(make):
     keras.utils.set_random_seed(4)
     model = make()
@@ -214,8 +261,8 @@ def test_mirrored_training_over_two_cpus_equals_one_device():
     device: the masked loss is divided by the replicas (attnlayers.distribution), exact when the replicas hold
     as many real tokens (here every 4-caption half of a batch has one short caption). SGD: Adam's first step
     is lr * sign(g), which turns float noise in a gradient that is zero in exact arithmetic into +-lr.
-    The doubly stochastic penalty is off: its add_loss term under MirroredStrategy is not yet equal (the
-    logged loss counts it at half weight; benchmarks/README.md, captioning)."""
+    The doubly stochastic penalty (add_loss, divided by the replicas by Keras) is on: each replica's term is
+    its half of the batch mean."""
     import tensorflow as tf
 
     from attnlayers.applications.core import MaskedCrossEntropy, make_strategy
@@ -228,7 +275,7 @@ def test_mirrored_training_over_two_cpus_equals_one_device():
     def train(strategy):
         keras.utils.set_random_seed(8)
         with strategy.scope():
-            model = ShowAttendTell(V, doubly_stochastic=0.0, **SMALL)
+            model = ShowAttendTell(V, doubly_stochastic=1.0, **SMALL)
             model.compile(keras.optimizers.SGD(0.5), loss=MaskedCrossEntropy())
         data = tf.data.Dataset.from_tensor_slices(((images, caption_in), caption_out)).batch(8)
         history = model.fit(data, epochs=1, verbose=0)
