@@ -34,9 +34,9 @@ MAX_LENGTH, IMAGE_SIZE = 20, 64
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=CHOICES, help="which model to train and evaluate")
-    parser.add_argument("--query", choices=("previous", "current"), default="previous",
-                        help="soft / hard attention's query: h_{t-1} (Xu et al.) or h_t after reading the previous "
-                             "word (Lu et al. 2017)")
+    parser.add_argument("--query", choices=("previous", "current"), default=None,
+                        help="soft / hard attention's query: current (h_t after reading the previous word, Lu et al. "
+                             "2017) or previous (h_{t-1}, Xu et al.); default: the recipe's")
     parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
                         help="hard attention's gradient estimator")
     parser.add_argument("--doubly-stochastic", type=float, default=1.0,
@@ -133,9 +133,11 @@ def run(args):
 
     from attnlayers.applications import core
     from attnlayers.applications.captioning import data, predict
-    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.applications.captioning.recipes import DEFAULT_QUERY, build_captioner
     from attnlayers.decoding import BeamSearch
 
+    if args.model in DEFAULT_QUERY and args.query is None:
+        args.query = DEFAULT_QUERY[args.model]
     keras.utils.set_random_seed(args.seed)
     splits = data.load_scenes(8000, 500, 1000, image_size=IMAGE_SIZE, seed=args.seed)
     vocabulary = data.CaptionVocabulary.build(splits.train)
@@ -167,7 +169,7 @@ def run(args):
 
     attends = args.model in ("soft", "hard")
     gumbel = args.model == "hard" and args.estimator == "gumbel"
-    label = args.model + ("-gumbel" if gumbel else "") + ("-current" if attends and args.query == "current" else "")
+    label = args.model + ("-gumbel" if gumbel else "") + (f"-{args.query}" if attends else "")
     label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
     record = {"model": args.model, "query": args.query if attends else None,
               "doubly_stochastic": args.doubly_stochastic if attends else None,

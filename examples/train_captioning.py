@@ -43,9 +43,10 @@ def parse_args(argv=None):
                              "(default: soft)")
     parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
                         help="hard attention's gradient estimator (default: reinforce, the paper's)")
-    parser.add_argument("--query", choices=("previous", "current"), default="previous",
-                        help="soft / hard attention's query: h_{t-1} as in Xu et al. (default) or h_t after "
-                             "reading the previous word (Lu et al. 2017)")
+    parser.add_argument("--query", choices=("previous", "current"), default=None,
+                        help="soft / hard attention's query: current (h_t after reading the previous word, Lu "
+                             "et al. 2017) or previous (h_{t-1}, Xu et al.); default: the better one measured, "
+                             "current for soft and previous for hard attention")
     parser.add_argument("--data", default="scenes", help="scenes | scenes:NUM_TRAIN | flickr8k:DIR | coco:DIR")
     parser.add_argument("--encoder", default="small",
                         help="small (a CNN trained from scratch, default) or a keras.applications class name, "
@@ -182,7 +183,8 @@ def run(args):
         print(f"exported {path}: tf.saved_model.load(path).caption(uint8 images)")
         return path
 
-    record = {"attention": args.attention, "estimator": args.estimator, "query": args.query, "data": args.data,
+    query = getattr(getattr(model, "decoder", None), "query", None)  # the recipe's when --query is not given
+    record = {"attention": args.attention, "estimator": args.estimator, "query": query, "data": args.data,
               "seed": args.seed,
               "encoder": args.encoder, "image_size": args.image_size, "batch_size": args.batch_size,
               "runtime": core.describe_runtime(strategy)}
