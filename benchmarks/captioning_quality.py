@@ -173,7 +173,8 @@ def run(args):
     label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
     record = {"model": args.model, "query": args.query if attends else None,
               "doubly_stochastic": args.doubly_stochastic if attends else None,
-              "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes, "seed": args.seed, "batch_size": args.batch_size,
+              "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes,
+              "seed": args.seed, "batch_size": args.batch_size,
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
               "cores": len(os.sched_getaffinity(0))}  # fewer than the machine's when pinned (taskset)
@@ -200,7 +201,8 @@ def table(results_dir):
         model = r["model"] + (" gumbel" if r.get("estimator") == "gumbel" else "") + (
             f" ({r['query']} query)" if r.get("query") else "") + (
             f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "")
-        print(f"| {model} | {r['seed']} | {r['minutes']:g} | {r.get('cores', '?')} | {r['training']['steps']} | {r['decoding']} | "
+        print(f"| {model} | {r['seed']} | {r['minutes']:g} | {r.get('cores', '?')} | {r['training']['steps']} | "
+              f"{r['decoding']} | "
               f"{r['BLEU-1']:.1f} | {r['BLEU-4']:.1f} | {r['CIDEr']:.2f} | {r['exact_match']:.3f} | "
               f"{'-' if local is None else f'{local:.3f}'} | {three['BLEU-4']:.1f} | {three['exact_match']:.3f} |")
 

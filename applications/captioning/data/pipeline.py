@@ -161,8 +161,8 @@ def make_dataset(
 
     Returns:
         A `tf.data.Dataset` of `((images, caption_in), caption_out)`: images uint8 (B, image_size,
-        image_size, 3) (with `features`: float32 (B, L, D)); caption_in and caption_out int32 (B, max_length), padded with `pad_token_id` = 0 (a loss
-        must ignore positions where caption_out == 0).
+        image_size, 3) (with `features`: float32 (B, L, D)); caption_in and caption_out int32 (B, max_length),
+        padded with `pad_token_id` = 0 (a loss must ignore positions where caption_out == 0).
     """
     import tensorflow as tf
 
@@ -185,8 +185,8 @@ def make_dataset(
 
     if features is not None:
         if getattr(features, "ndim", None) != 3 or len(features) != len(caption_set):
-            raise ValueError(f"`features` must be an array (N, L, D) with one row per image (N = {len(caption_set)}); "
-                             f"received shape {getattr(features, 'shape', None)}.")
+            raise ValueError(f"`features` must be an array (N, L, D) with one row per image (N = "
+                             f"{len(caption_set)}); received shape {getattr(features, 'shape', None)}.")
         row_shape = tuple(int(d) for d in features.shape[1:])
 
         def load(i):
