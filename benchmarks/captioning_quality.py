@@ -41,6 +41,9 @@ def parse_args(argv=None):
                         help="hard attention's gradient estimator")
     parser.add_argument("--doubly-stochastic", type=float, default=1.0,
                         help="soft / hard attention's lambda of the doubly stochastic penalty (Xu et al. eq. 14)")
+    parser.add_argument("--filters", type=lambda text: tuple(int(f) for f in text.split(",")), default=None,
+                        help="the small CNN's channels per block for the attnlayers models, e.g. 32,64 (a 16 x 16 "
+                             "grid); default: the encoder's 32,64,128 (8 x 8)")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget (default 10)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="data, shuffle and initialization seed")
@@ -151,7 +154,8 @@ def run(args):
     else:
         model = build_captioner(args.model, vocabulary.vocabulary_size, seed=args.seed, image_size=IMAGE_SIZE,
                                 max_length=MAX_LENGTH, query=args.query, estimator=args.estimator,
-                                doubly_stochastic=args.doubly_stochastic)
+                                doubly_stochastic=args.doubly_stochastic,
+                                **({} if args.filters is None else {"filters": args.filters}))
         decoding = BeamSearch(args.beam_size)
 
     def evaluate_model(model):
@@ -171,13 +175,15 @@ def run(args):
     gumbel = args.model == "hard" and args.estimator == "gumbel"
     label = args.model + ("-gumbel" if gumbel else "") + (f"-{args.query}" if attends else "")
     label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
+    label += "-filters" + "_".join(map(str, args.filters)) if args.filters and args.model != "keras_io" else ""
     record = {"model": args.model, "query": args.query if attends else None,
               "doubly_stochastic": args.doubly_stochastic if attends else None,
               "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes,
               "seed": args.seed, "batch_size": args.batch_size,
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-              "cores": len(os.sched_getaffinity(0))}  # fewer than the machine's when pinned (taskset)
+              "cores": len(os.sched_getaffinity(0)),  # fewer than the machine's when pinned (taskset)
+              "filters": list((model.cnn if args.model == "keras_io" else model.encoder).filters)}
     result = core.run_recipe(
         model, train, validation=validation, epochs=10_000,
         callbacks=[core.TimeBudget(args.minutes * 60), core.BestWeights("val_loss")], evaluate=evaluate_model,
@@ -200,7 +206,8 @@ def table(results_dir):
         three = r["three_or_more_objects"]
         model = r["model"] + (" gumbel" if r.get("estimator") == "gumbel" else "") + (
             f" ({r['query']} query)" if r.get("query") else "") + (
-            f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "")
+            f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "") + (
+            f", {IMAGE_SIZE >> len(r['filters'])}x{IMAGE_SIZE >> len(r['filters'])} grid" if r.get("filters") else "")
         print(f"| {model} | {r['seed']} | {r['minutes']:g} | {r.get('cores', '?')} | {r['training']['steps']} | "
               f"{r['decoding']} | "
               f"{r['BLEU-1']:.1f} | {r['BLEU-4']:.1f} | {r['CIDEr']:.2f} | {r['exact_match']:.3f} | "

@@ -16,6 +16,7 @@ from attnlayers.decoding import get_strategy
 
 from . import evaluate
 from .data.pipeline import encode_captions
+from .data.scenes import word_kind
 
 
 def load_images(caption_set, image_size):
@@ -64,10 +65,22 @@ def teacher_forced_attention(model, caption_set, vocabulary, *, max_length=24, b
     return [m[:n] for m, n in zip(maps, lengths)]
 
 
-def _word_kind(word):
-    from .data import COLOURS, SHAPES, SIZES
-
-    return "colour" if word in COLOURS else "size" if word in SIZES else "shape" if word in SHAPES else None
+def localization(model, caption_set, vocabulary):
+    """Attention localization of the object words under teacher forcing (``evaluate.attention_localization``;
+    hard attention: its argmax cell): ``{"localization", "localization_words", "localization_by_kind"
+    ({"colour" | "size" | "shape": share})}``, or {} for a model without attention or a set without boxes."""
+    if caption_set.objects is None:
+        return {}
+    maps = teacher_forced_attention(model, caption_set, vocabulary, max_length=model.generation_length(None))
+    if maps is None:
+        return {}
+    boxes = [[o.box for o in objects] for objects in caption_set.objects]
+    hard = getattr(model, "attention_type", None) == "hard"
+    kinds = [[word_kind(word) for word in references[0].split()] for references in caption_set.captions]
+    found = evaluate.attention_localization(maps, model.grid_shape, caption_set.images.shape[1:3], boxes,
+                                            caption_set.word_objects, hard=hard, word_kinds=kinds)
+    return {"localization": found["localization"], "localization_words": found["words"],
+            "localization_by_kind": {k: v["localization"] for k, v in found["by_kind"].items()}}
 
 
 def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max_length=None):
@@ -81,17 +94,7 @@ def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max
     hypotheses = caption_images(model, caption_set.images, vocabulary, strategy=strategy, max_length=max_length)
     result = {**evaluate.caption_metrics(hypotheses, caption_set.captions),
               "exact_match": evaluate.exact_match(hypotheses, caption_set.captions)}
-    if caption_set.objects is not None:
-        maps = teacher_forced_attention(model, caption_set, vocabulary, max_length=model.generation_length(None))
-        if maps is not None:
-            boxes = [[o.box for o in objects] for objects in caption_set.objects]
-            hard = getattr(model, "attention_type", None) == "hard"
-            image_size = caption_set.images.shape[1:3]
-            kinds = [[_word_kind(word) for word in references[0].split()] for references in caption_set.captions]
-            found = evaluate.attention_localization(maps, model.grid_shape, image_size, boxes,
-                                                    caption_set.word_objects, hard=hard, word_kinds=kinds)
-            result["localization"], result["localization_words"] = found["localization"], found["words"]
-            result["localization_by_kind"] = {k: v["localization"] for k, v in found["by_kind"].items()}
+    result.update(localization(model, caption_set, vocabulary))
     result["captions"] = hypotheses
     return result
 

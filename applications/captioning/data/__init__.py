@@ -15,7 +15,17 @@ docs/captioning-data.md is the data card: the scene grammar and sizes, the reade
 from .caption_set import CaptionSet, CaptionSplits, SceneObject
 from .pipeline import count_truncated, encode_captions, image_batches, make_dataset
 from .readers import read_coco, read_flickr8k
-from .scenes import COLOURS, RELATIONS, SHAPES, SIZES, describe_scene, load_scenes, make_scenes, object_sizes
+from .scenes import (
+    COLOURS,
+    RELATIONS,
+    SHAPES,
+    SIZES,
+    describe_scene,
+    load_scenes,
+    make_scenes,
+    object_sizes,
+    word_kind,
+)
 from .split import DATA_SCHEMES, parse_data_argument, split_caption_set
 from .vocabulary import SPECIAL_TOKENS, CaptionVocabulary, normalize_caption
 
@@ -43,4 +53,5 @@ __all__ = [
     "read_coco",
     "read_flickr8k",
     "split_caption_set",
+    "word_kind",
 ]

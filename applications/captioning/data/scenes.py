@@ -133,6 +133,11 @@ def relation(left: SceneObject, right: SceneObject) -> str:
     return "beside"
 
 
+def word_kind(word: str):
+    """"colour", "size" or "shape" for a word of the scene grammar that names an attribute of an object, else None."""
+    return "colour" if word in COLOURS else "size" if word in SIZES else "shape" if word in SHAPES else None
+
+
 def describe_scene(objects: list) -> tuple:
     """The caption of a scene and the object index of each of its words.
 
