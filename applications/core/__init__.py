@@ -35,7 +35,7 @@ from .runtime import (
     set_precision,
     setup_runtime,
 )
-from .schedules import TransformerSchedule, WarmupCosineDecay
+from .schedules import TransformerSchedule, WarmupCosineDecay, WarmupLinearDecay
 
 __all__ = [
     "BestWeights",
@@ -51,6 +51,7 @@ __all__ = [
     "TimeBudget",
     "TransformerSchedule",
     "WarmupCosineDecay",
+    "WarmupLinearDecay",
     "add_runtime_arguments",
     "check_token_ids",
     "corpus_bleu",

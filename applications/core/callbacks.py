@@ -145,7 +145,8 @@ class BudgetedLearningRate(keras.callbacks.Callback):
         return self.peak * min(1.0, max(0.0, min(progress / w, (1.0 - progress) / (1.0 - w))))
 
     def on_train_begin(self, logs=None):
-        schedule = self.model.optimizer.get_config()["learning_rate"]  # a dict when it is a schedule
+        optimizer = getattr(self.model.optimizer, "inner_optimizer", self.model.optimizer)  # mixed_float16's wrapper
+        schedule = optimizer.get_config()["learning_rate"]  # a dict when it is a schedule
         if isinstance(schedule, dict):
             raise ValueError("BudgetedLearningRate sets the learning rate itself: compile the model with a constant "
                              f"learning rate, not the schedule {schedule.get('class_name', '')}.")
@@ -165,7 +166,8 @@ class BudgetedLearningRate(keras.callbacks.Callback):
         if self.seconds is not None:
             shares.append((time.perf_counter() - self._start) / self.seconds)
         if self._total_steps is not None:
-            shares.append(int(self.model.optimizer.iterations) / self._total_steps)
+            # convert_to_numpy: a MirroredVariable under tf.distribute has no __int__
+            shares.append(int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) / self._total_steps)
         return min(1.0, max(shares))
 
     def on_train_batch_begin(self, batch, logs=None):

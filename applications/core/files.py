@@ -1,4 +1,5 @@
-"""Reading the text files users hand to an application's readers, with errors that name the file and line."""
+"""Reading the text files users hand to an application's readers, with errors that name the file and line, and
+writing files that are never left half-written."""
 
 from __future__ import annotations
 
@@ -37,3 +38,14 @@ def read_lines(path, encoding: str, reader: str, expected: str) -> list:
     if lines[-1] == "":
         lines.pop()  # the final line ending
     return lines
+
+
+def replace_atomically(path, write):
+    """Calls ``write(temporary_path)`` and renames the result onto ``path`` (no half-written file at ``path``)."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)

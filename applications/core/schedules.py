@@ -1,5 +1,5 @@
-"""Learning-rate schedules: the Transformer's warm-up (Vaswani et al. 2017, eq. 3) and a warm-up + decay
-whose length is set by the number of steps a run has.
+"""Learning-rate schedules: the Transformer's warm-up (Vaswani et al. 2017, eq. 3), a warm-up + cosine decay
+whose length is set by the number of steps a run has, and BERT's warm-up + linear decay.
 
 Backend-agnostic (``keras.ops`` only).
 """
@@ -11,7 +11,7 @@ import math
 import keras
 from keras import ops
 
-from attnlayers.validation import positive_int, positive_number
+from attnlayers.validation import non_negative_int, positive_int, positive_number
 
 from .losses import PACKAGE
 
@@ -86,3 +86,45 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"peak": self.peak, "total_steps": self.total_steps, "warmup_fraction": self.warmup_fraction,
                 "final": self.final}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """BERT's learning rate (Devlin et al. 2019, appendix A.2): linear warm-up over ``warmup_steps`` to
+    ``peak``, then linear decay to 0 at ``total_steps``.
+
+    ``lr(step) = peak * max(0, min((step + 1) / w, (T - step) / (T - w)))`` with w = ``warmup_steps``,
+    T = ``total_steps`` and step the optimizer's iteration count from 0 (so the first update is not 0 and the
+    last, step T - 1, is not 0 either). ``total_steps=None``: no decay, ``peak`` after the warm-up (fine-tuning
+    for an unknown number of steps). ``warmup_steps=0``: no warm-up.
+
+    Args:
+        peak: the largest learning rate (BERT pretraining: 1e-4; fine-tuning: 5e-5, 3e-5 or 2e-5).
+        warmup_steps: w >= 0 (BERT pretraining: 10,000; fine-tuning: 10 % of the steps is common).
+        total_steps: T > w, or None.
+
+    Call: ``schedule(step)`` -> float32 scalar.
+    """
+
+    def __init__(self, peak, warmup_steps=0, total_steps=None):
+        self.peak = positive_number(peak, "peak")
+        self.warmup_steps = non_negative_int(warmup_steps, "warmup_steps")
+        self.total_steps = positive_int(total_steps, "total_steps", allow_none=True)
+        if self.total_steps is not None and self.total_steps <= self.warmup_steps:
+            raise ValueError(
+                f"`total_steps` must be larger than `warmup_steps`; received total_steps={total_steps}, "
+                f"warmup_steps={warmup_steps}."
+            )
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        rate = ops.convert_to_tensor(1.0, "float32")
+        if self.warmup_steps:
+            rate = ops.minimum(rate, (step + 1.0) / float(self.warmup_steps))
+        if self.total_steps is not None:
+            decay = (float(self.total_steps) - step) / float(self.total_steps - self.warmup_steps)
+            rate = ops.minimum(rate, ops.maximum(decay, 0.0))
+        return self.peak * rate
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}

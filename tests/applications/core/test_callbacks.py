@@ -100,7 +100,7 @@ class _LearningRates(keras.callbacks.Callback):
         self.initial = [w.copy() for w in self.model.get_weights()]
 
     def on_train_batch_begin(self, batch, logs=None):
-        self.rates.append(float(self.model.optimizer.learning_rate))
+        self.rates.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
 
     def on_train_batch_end(self, batch, logs=None):
         if self.after_first is None:
@@ -189,3 +189,19 @@ def test_time_budget_on_data_of_unknown_size(stop_at, mid_epoch, steps_per_epoch
     model.fit(data, epochs=3, verbose=0, callbacks=[Expire(), budget])
     assert budget.stopped and (budget.stopped_epoch, budget.stopped_step) == stop_at
     assert budget.mid_epoch is mid_epoch and budget.steps_per_epoch == steps_per_epoch
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.distribute and LossScaleOptimizer")
+def test_budgeted_learning_rate_under_mirrored_strategy_and_loss_scaling():
+    """The step count is a MirroredVariable under tf.distribute (no int()) and mixed_float16 wraps the optimizer
+    in a LossScaleOptimizer, whose config has no learning rate: the schedule reads through both."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)), "mse")
+    schedule, seen = BudgetedLearningRate(0.05, warmup_fraction=0.5), _LearningRates()
+    model.fit(np.zeros((16, 3)), np.zeros(16), batch_size=8, epochs=2, verbose=0, callbacks=[schedule, seen])
+    p = np.arange(4) / 4
+    np.testing.assert_allclose(seen.rates, 0.05 * np.clip(np.minimum(p / 0.5, (1 - p) / 0.5), 0, 1), rtol=1e-6)

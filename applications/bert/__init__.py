@@ -1,0 +1,44 @@
+"""BERT (Devlin et al. 2019) from attnlayers' layers: the encoder, its named sizes, in-graph WordPiece
+preprocessing, pretraining (masked LM + next sentence prediction), fine-tuning heads, Hugging Face checkpoints.
+
+    from attnlayers.applications import bert
+
+    backbone, info = bert.load_hf_checkpoint("path/to/bert")       # config.json + model.safetensors (+ vocab.txt)
+    tokenizer = bert.BertTokenizer(info["vocabulary"], lowercase=info["do_lower_case"])
+    inputs = bert.pack(tokenizer.tokenize(["a sentence"]), sequence_length=128, tokenizer=tokenizer)
+    out = backbone(inputs)              # {"sequence_output": (B, T, d), "pooled_output": (B, d)}
+
+Modules: ``config`` (BertConfig, PRESETS), ``backbone`` (BertBackbone), ``tokenizer`` (BertTokenizer,
+train_vocabulary), ``pretraining_data`` (pack, next-sentence pairs, masked-LM masking, pretraining_dataset),
+``pretrainer`` (BertPretrainer, bert_optimizer), ``heads`` (BertClassifier, BertTokenClassifier, BertSpanQA),
+``squad`` (the SQuAD JSON reader), ``checkpoint`` (Hugging Face and keras-hub weights), ``export``
+(string-in SavedModels), ``corpora`` (the offline corpora: KJV / WEB Bibles, Brown, tweets), ``recipes`` (the
+pretraining and fine-tuning runs of the examples and benchmarks), ``baselines`` (the non-neural baselines).
+"""
+
+from . import corpora, squad
+from .backbone import FEATURES, BertBackbone
+from .checkpoint import copy_keras_hub_weights, from_keras_hub, load_hf_checkpoint, save_hf_checkpoint
+from .config import PRESETS, BertConfig
+from .export import export_text_model
+from .heads import (
+    IGNORE_LABEL,
+    BertClassifier,
+    BertSpanQA,
+    BertTokenClassifier,
+    align_word_labels,
+    decode_answers,
+    span_context_mask,
+    word_predictions,
+)
+from .pretrainer import BertMaskedLMHead, BertPretrainer, bert_optimizer
+from .pretraining_data import IS_NEXT, NOT_NEXT, MaskedLMMasker, is_truncated, pack, pretraining_dataset
+from .tokenizer import SPECIAL_TOKENS, BertTokenizer, train_vocabulary
+
+__all__ = [
+    "FEATURES", "IGNORE_LABEL", "IS_NEXT", "NOT_NEXT", "PRESETS", "SPECIAL_TOKENS", "BertBackbone",
+    "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer", "BertSpanQA", "BertTokenClassifier",
+    "BertTokenizer", "MaskedLMMasker", "align_word_labels", "bert_optimizer", "copy_keras_hub_weights",
+    "corpora", "decode_answers", "export_text_model", "from_keras_hub", "is_truncated", "load_hf_checkpoint", "pack", "pretraining_dataset",
+    "save_hf_checkpoint", "span_context_mask", "squad", "train_vocabulary", "word_predictions",
+]

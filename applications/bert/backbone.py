@@ -1,0 +1,155 @@
+"""The BERT encoder (Devlin et al. 2019, section 3): token + segment + learned position embeddings, LayerNorm and
+dropout, N post-LN Transformer encoder blocks with GELU, and a tanh pooler on the [CLS] position.
+
+    {"token_ids", "segment_ids", "padding_mask"} (B, T)
+      -> TokenAndPositionEmbedding: E[token] + P[position] + G[segment]             embeddings.*_embeddings
+      -> LayerNorm, Dropout                                                          embeddings.LayerNorm
+      -> TransformerEncoder(normalize_first=False): N post-LN blocks                encoder.layer[0..N-1]
+           x = LayerNorm(x + Attention(x));  x = LayerNorm(x + FFN_GELU(x))
+      -> sequence_output (B, T, d);  pooled_output = tanh(W h_[CLS] + b) (B, d)     pooler.dense
+
+The inputs and outputs are keras-hub's ``BertBackbone``'s (same dict keys), the sizes its argument names
+(:class:`BertConfig`).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from attnlayers.embedding import TokenAndPositionEmbedding
+from attnlayers.transformer import TransformerEncoder
+from attnlayers.validation import check_rank, format_shape
+
+from .config import BertConfig
+
+# Hidden-state combinations for feature-based use, as compared on CoNLL-2003 NER (Devlin et al. 2019, table 7).
+FEATURES = ("last", "second_to_last", "sum_last_four", "concat_last_four", "sum_all", "embeddings")
+
+
+def _initializer():
+    return keras.initializers.TruncatedNormal(stddev=0.02)  # initializer_range of the reference implementation
+
+
+@keras.saving.register_keras_serializable(package="attnlayers.bert")
+class BertBackbone(keras.Model):
+    """The BERT encoder.
+
+    Args:
+        config: a :class:`BertConfig`, a dict of its fields, a preset name ("tiny" ... "large") or None (tiny).
+
+    Call arguments:
+        inputs: a dict with "token_ids" int (B, T), T <= ``max_sequence_length``; optional "segment_ids" int
+            (B, T) in [0, num_segments) (default all 0: sentence A) and "padding_mask" bool (B, T), True at
+            real tokens (default ``token_ids != pad_token_id``). A bare (B, T) tensor is taken as token ids.
+        return_hidden_states: also return "hidden_states", a list of N + 1 tensors (B, T, d): the embeddings'
+            output, then every block's (Hugging Face's ``output_hidden_states`` layout).
+        training: enables dropout.
+
+    Returns:
+        {"sequence_output": (B, T, d), "pooled_output": (B, d)} (+ "hidden_states").
+
+    Example:
+    >>> backbone = BertBackbone("base")
+    >>> out = backbone({"token_ids": ids, "segment_ids": segments, "padding_mask": ids != 0})
+    >>> out["sequence_output"].shape, out["pooled_output"].shape     # (B, T, 768), (B, 768)
+    """
+
+    def __init__(self, config=None, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config = BertConfig.of(config)
+        self.embeddings = TokenAndPositionEmbedding(
+            config.vocabulary_size, config.max_sequence_length, config.hidden_dim, position="learned",
+            num_segments=config.num_segments, embeddings_initializer=_initializer(), name="embeddings",
+            dtype=self.dtype_policy,
+        )
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_epsilon, name="embeddings_layer_norm", dtype=self.dtype_policy
+        )
+        self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self.encoder = TransformerEncoder(
+            config.num_layers, config.num_heads, config.intermediate_dim, dropout=config.dropout, activation="gelu",
+            layer_norm_epsilon=config.layer_norm_epsilon, normalize_first=False, kernel_initializer=_initializer(),
+            name="encoder", dtype=self.dtype_policy,
+        )
+        self.pooler = keras.layers.Dense(config.hidden_dim, activation="tanh", kernel_initializer=_initializer(),
+                                         name="pooler", dtype=self.dtype_policy)
+
+    @property
+    def token_embedding(self):
+        """The token embedding layer; its ``embeddings`` (V, d) is the matrix an MLM decoder ties to."""
+        return self.embeddings.token_embedding
+
+    def _inputs(self, inputs):
+        if not isinstance(inputs, dict):
+            inputs = {"token_ids": inputs}
+        unknown = sorted(set(inputs) - {"token_ids", "segment_ids", "padding_mask"})
+        if unknown or "token_ids" not in inputs:
+            raise ValueError(
+                "BertBackbone takes a dict with 'token_ids' (and optional 'segment_ids', 'padding_mask'); received "
+                f"keys {sorted(inputs)}."
+            )
+        token_ids = inputs["token_ids"]
+        check_rank(token_ids.shape, 2, "token_ids", "(batch, length) of token ids")
+        length = token_ids.shape[1]
+        if length is not None and length > self.config.max_sequence_length:
+            raise ValueError(
+                f"`token_ids` has {length} positions but max_sequence_length is {self.config.max_sequence_length}; "
+                "truncate the inputs (the preprocessor's sequence_length) or use a longer position table."
+            )
+        segment_ids = inputs.get("segment_ids")
+        if segment_ids is None:
+            segment_ids = ops.zeros_like(token_ids)
+        padding_mask = inputs.get("padding_mask")
+        if padding_mask is None:
+            padding_mask = ops.not_equal(token_ids, self.config.pad_token_id)
+        for name, value in (("segment_ids", segment_ids), ("padding_mask", padding_mask)):
+            if None not in value.shape + token_ids.shape and tuple(value.shape) != tuple(token_ids.shape):
+                raise ValueError(
+                    f"`{name}` must have the shape of `token_ids` {format_shape(token_ids.shape)}; received "
+                    f"{format_shape(value.shape)}."
+                )
+        return token_ids, segment_ids, ops.cast(padding_mask, "bool")
+
+    def call(self, inputs, return_hidden_states=False, training=None):
+        token_ids, segment_ids, padding_mask = self._inputs(inputs)
+        x = self.embeddings(token_ids, segment_ids=segment_ids)  # E[token] + P[position] + G[segment]
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
+        encoded = self.encoder(x, padding_mask=padding_mask, return_hidden_states=True, training=training)
+        sequence = encoded["sequence_output"]
+        result = {"sequence_output": sequence, "pooled_output": self.pooler(sequence[:, 0])}  # tanh(W h_[CLS] + b)
+        if return_hidden_states:
+            result["hidden_states"] = [x] + list(encoded["hidden_states"])
+        return result
+
+    def features(self, inputs, combination="last", training=None):
+        """Per-token features from the hidden states (Devlin et al. 2019, table 7), (B, T, d) or (B, T, 4 d).
+
+        combination: "last" (the final layer), "second_to_last", "sum_last_four", "concat_last_four" (the
+        last four layers concatenated, the paper's best feature-based NER input), "sum_all" (the N layers,
+        not the embeddings) or "embeddings".
+        """
+        if combination not in FEATURES:
+            raise ValueError(f"Unknown `combination` {combination!r}; expected one of {FEATURES}.")
+        hidden = self(inputs, return_hidden_states=True, training=training)["hidden_states"]
+        layers = hidden[1:]
+        if combination in ("second_to_last", "sum_last_four", "concat_last_four") and len(layers) < (
+            2 if combination == "second_to_last" else 4
+        ):
+            raise ValueError(f"`combination={combination!r}` needs more layers than this model's {len(layers)}.")
+        if combination == "last":
+            return layers[-1]
+        if combination == "second_to_last":
+            return layers[-2]
+        if combination == "sum_last_four":
+            return ops.sum(ops.stack(layers[-4:]), axis=0)
+        if combination == "concat_last_four":
+            return ops.concatenate(layers[-4:], axis=-1)
+        if combination == "sum_all":
+            return ops.sum(ops.stack(layers), axis=0)
+        return hidden[0]
+
+    def get_config(self):
+        import dataclasses
+
+        return {**super().get_config(), "config": dataclasses.asdict(self.config)}

@@ -1,0 +1,345 @@
+"""BERT pretraining (Devlin et al. 2019, section 3.1 and appendix A): the masked LM and next sentence prediction
+heads over a :class:`~attnlayers.applications.bert.BertBackbone`, and BERT's optimizer (AdamW, linear warm-up then
+linear decay, no weight decay on LayerNorm and bias weights), which the fine-tuning heads share.
+
+    features {"token_ids", "segment_ids", "padding_mask"} (B, T), {"mask_positions"} (B, P)
+      -> BertBackbone -> sequence_output (B, T, d), pooled_output (B, d)
+      -> MLM: h_p gathered at mask_positions (B, P, d)
+              logits = LN(GELU(W h_p + c)) E^T + b     E: the token embedding (tied), b (V,)   -> "mlm" (B, P, V)
+      -> NSP: logits = W_nsp pooled + b_nsp                                                 -> "nsp" (B, 2)
+    labels {"mlm": (B, P) token ids, "nsp": (B,) 0 = IsNext / 1 = NotNext}
+    sample weights {"mlm": mask_weights (B, P)}: 1 at real predictions, 0 at padded ones
+    loss = mean over real predictions of the MLM cross-entropy + mean of the NSP cross-entropy
+
+Example:
+>>> pretrainer = BertPretrainer(BertBackbone("base"))
+>>> pretrainer.compile_for_pretraining(1e-4, warmup_steps=10_000, total_steps=1_000_000)
+>>> pretrainer.fit(dataset)       # (features, labels, sample_weights) batches, the structure above
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+from attnlayers.validation import check_rank, format_shape, positive_int
+
+from ..core.schedules import WarmupLinearDecay
+
+PACKAGE = "attnlayers.bert"
+BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+PRETRAINING_INPUTS = BACKBONE_INPUTS + ("mask_positions",)
+# BERT excludes "LayerNorm" and "bias" weights from weight decay (the reference optimization.py); Keras names
+# LayerNormalization's weights gamma / beta, biases "bias" (the MLM output bias is "output_bias").
+NO_WEIGHT_DECAY = ("gamma", "beta", "bias")
+
+
+def _initializer():
+    return keras.initializers.TruncatedNormal(stddev=0.02)  # initializer_range of the reference implementation
+
+
+def concrete_value(x):
+    """``x`` as a NumPy array when its value is known here (eager tensors, arrays), else None (a symbolic tensor
+    inside ``tf.function`` / ``jax.jit`` or a KerasTensor): for checks that can only run eagerly."""
+    if isinstance(x, keras.KerasTensor):
+        return None
+    try:
+        return np.asarray(ops.convert_to_numpy(x))
+    except Exception:  # noqa: BLE001 -- a traced tensor (tf.function, jax.jit): no value while tracing
+        return None
+
+
+# ---- the optimizer --------------------------------------------------------------------------------------------
+
+
+def bert_optimizer(learning_rate, warmup_steps=0, total_steps=None, weight_decay=0.01, *, beta_1=0.9,
+                   beta_2=0.999, epsilon=1e-6, global_clipnorm=1.0):
+    """BERT's optimizer (appendix A.2 and the reference optimization.py): ``keras.optimizers.AdamW`` with
+    :class:`WarmupLinearDecay`, decoupled weight decay on every weight but LayerNorm's (gamma, beta) and the
+    biases (``exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)``), and gradients clipped to a global norm
+    of 1.
+
+    Args:
+        learning_rate: the peak learning rate, or a ``LearningRateSchedule`` (then ``warmup_steps`` and
+            ``total_steps`` must be left out).
+        warmup_steps, total_steps: see :class:`WarmupLinearDecay`.
+        weight_decay: the decoupled decay rate (BERT: 0.01).
+        beta_1, beta_2, epsilon: Adam's (BERT: 0.9, 0.999, 1e-6). global_clipnorm: None to not clip.
+
+    Returns:
+        A ``keras.optimizers.AdamW``.
+    """
+    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        if warmup_steps or total_steps is not None:
+            raise ValueError(
+                "`learning_rate` is already a schedule; received warmup_steps / total_steps too "
+                f"(warmup_steps={warmup_steps}, total_steps={total_steps}): pass one or the other."
+            )
+        schedule = learning_rate
+    else:
+        schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
+    if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
+        raise ValueError(f"`weight_decay` must be a number >= 0; received weight_decay={weight_decay!r}.")
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=schedule, weight_decay=float(weight_decay), beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+        global_clipnorm=global_clipnorm,
+    )
+    optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
+    return optimizer
+
+
+# ---- the task base ------------------------------------------------------------------------------------------
+
+
+class BertTask(keras.Model):
+    """What the BERT task models share: the backbone (serialized in the config), the input dict check, and the
+    compile helper's optimizer. Subclasses implement ``call`` and their ``compile_for_*`` helper."""
+
+    input_names = BACKBONE_INPUTS
+    required_inputs = ("token_ids",)
+
+    def __init__(self, backbone, **kwargs):
+        if not (hasattr(backbone, "config") and hasattr(backbone, "token_embedding")):
+            raise ValueError(f"`backbone` must be a BertBackbone; received {type(backbone).__name__}.")
+        kwargs.setdefault("dtype", backbone.dtype_policy)  # the heads compute in the backbone's precision
+        super().__init__(**kwargs)
+        self.backbone = backbone
+
+    @property
+    def hidden_dim(self):
+        return self.backbone.config.hidden_dim
+
+    def _check_inputs(self, inputs):
+        """The inputs dict, checked; the backbone's part of it."""
+        if not isinstance(inputs, dict):
+            raise ValueError(
+                f"{type(self).__name__} takes a dict with keys {list(self.input_names)} "
+                f"(required: {list(self.required_inputs)}); received {type(inputs).__name__}."
+            )
+        missing = [k for k in self.required_inputs if k not in inputs]
+        unknown = sorted(set(inputs) - set(self.input_names))
+        if missing or unknown:
+            raise ValueError(
+                f"{type(self).__name__} takes a dict with keys {list(self.input_names)} (required: "
+                f"{list(self.required_inputs)}); received keys {sorted(inputs)}"
+                + (f", missing {missing}" if missing else "") + (f", unknown {unknown}" if unknown else "") + "."
+            )
+        return {k: v for k, v in inputs.items() if k in BACKBONE_INPUTS}
+
+    def _padding_mask(self, inputs):
+        mask = inputs.get("padding_mask")
+        if mask is None:
+            return ops.not_equal(inputs["token_ids"], self.backbone.config.pad_token_id)
+        return ops.cast(mask, "bool")
+
+    def build_from_config(self, config):
+        """Rebuilds a loaded model (``.keras`` files) by calling it once on zeros of the saved input shapes."""
+        shapes = (config or {}).get("input_shape")
+        if not isinstance(shapes, dict):
+            return super().build_from_config(config)
+        self({
+            key: ops.zeros([1 if size is None else size for size in shape],
+                           "bool" if key == "padding_mask" else "int32")
+            for key, shape in shapes.items()
+        })
+
+    def get_config(self):
+        return {**super().get_config(), "backbone": keras.saving.serialize_keras_object(self.backbone)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
+# ---- pretraining --------------------------------------------------------------------------------------------
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class BertMaskedLMHead(keras.layers.Layer):
+    """BERT's masked-LM head ("cls/predictions" of the reference checkpoints): the hidden states at the masked
+    positions, a d -> d dense layer with GELU, LayerNorm, then the decoder tied to the token embeddings with an
+    output bias:
+
+        ``logits = LN(GELU(W h + c)) E^T + b``,  h = sequence_output gathered at ``mask_positions``.
+
+    The embedding matrix E (V, d) is an argument of the call, not a weight of this layer: pass the backbone's
+    ``token_embedding.embeddings`` and the decoder is that variable (its gradient reaches the embeddings).
+
+    Args:
+        vocabulary_size: V (the output bias b has shape (V,)).
+        activation: the transform's activation (BERT: exact "gelu").
+        layer_norm_epsilon: LayerNorm's epsilon (BERT: 1e-12).
+        kernel_initializer: the dense layer's.
+
+    Call arguments:
+        inputs: hidden states (B, T, d).
+        mask_positions: int (B, P), the positions to predict, each in [0, T).
+        embeddings: the token embedding matrix (V, d).
+
+    Returns:
+        logits (B, P, V).
+
+    Example:
+    >>> head = BertMaskedLMHead(backbone.config.vocabulary_size)
+    >>> logits = head(out["sequence_output"], mask_positions, backbone.token_embedding.embeddings)
+    """
+
+    def __init__(self, vocabulary_size, activation="gelu", layer_norm_epsilon=1e-12, kernel_initializer=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.vocabulary_size = positive_int(vocabulary_size, "vocabulary_size")
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or _initializer())
+
+    def build(self, inputs_shape, mask_positions_shape=None, embeddings_shape=None):
+        check_rank(inputs_shape, 3, "inputs", "(batch, length, hidden_dim)")
+        hidden_dim = positive_int(inputs_shape[-1], "hidden_dim", what="the last axis of `inputs`")
+        self.dense = keras.layers.Dense(hidden_dim, activation=self.activation,
+                                        kernel_initializer=self.kernel_initializer, name="transform",
+                                        dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
+                                                          name="transform_layer_norm", dtype=self.dtype_policy)
+        self.dense.build((None, None, hidden_dim))
+        self.layer_norm.build((None, None, hidden_dim))
+        self.bias = self.add_weight(name="output_bias", shape=(self.vocabulary_size,), initializer="zeros")
+
+    def call(self, inputs, mask_positions, embeddings):
+        check_rank(mask_positions.shape, 2, "mask_positions", "(batch, predictions) of positions")
+        if tuple(embeddings.shape) != (self.vocabulary_size, inputs.shape[-1]):
+            raise ValueError(
+                f"`embeddings` must be the (vocabulary_size, hidden_dim) = ({self.vocabulary_size}, "
+                f"{inputs.shape[-1]}) token embedding matrix; received shape {format_shape(embeddings.shape)}."
+            )
+        positions = ops.cast(mask_positions, "int32")
+        hidden = ops.take_along_axis(inputs, positions[..., None], axis=1)  # (B, P, d): h at the masked tokens
+        hidden = self.layer_norm(self.dense(hidden))  # LN(GELU(W h + c))
+        logits = ops.matmul(hidden, ops.transpose(ops.cast(embeddings, hidden.dtype)))  # tied decoder: E^T
+        return logits + ops.cast(self.bias, logits.dtype)
+
+    def compute_output_shape(self, inputs_shape, mask_positions_shape=None, embeddings_shape=None):
+        return tuple(mask_positions_shape[:2]) + (self.vocabulary_size,)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_size": self.vocabulary_size,
+            "activation": keras.activations.serialize(self.activation),
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class BertPretrainer(BertTask):
+    """BERT's pretraining model: the masked LM and next sentence prediction over a backbone (Devlin et al. 2019,
+    section 3.1), trained with ``model.fit``.
+
+    Args:
+        backbone: a :class:`~attnlayers.applications.bert.BertBackbone`.
+
+    Call arguments:
+        inputs: a dict: "token_ids" int (B, T) (with the masked tokens replaced by [MASK] / random / kept, as
+            the data pipeline chose), optional "segment_ids" int (B, T) and "padding_mask" bool (B, T) (the
+            backbone's defaults), and "mask_positions" int (B, P): the positions to predict, each in [0, T)
+            (padded predictions point anywhere in range, 0 by convention, and get weight 0).
+        training: enables dropout.
+
+    Returns:
+        {"mlm": (B, P, V) logits at mask_positions, "nsp": (B, 2) logits, 0 = IsNext, 1 = NotNext}.
+
+    Training: labels {"mlm": (B, P) original token ids, "nsp": (B,) int}; sample weights
+    {"mlm": mask_weights (B, P)}, 1 at real predictions and 0 at padded ones (weights for "nsp" may be given
+    too; missing ones are 1). :meth:`compile_for_pretraining` sets the loss: the MLM cross-entropy averaged over
+    real predictions (``reduction="mean_with_sample_weight"``) + the NSP cross-entropy averaged over the batch;
+    metrics "mlm_accuracy" (weighted by mask_weights) and "nsp_accuracy".
+
+    Example:
+    >>> model = BertPretrainer(BertBackbone(BertConfig.preset("mini", vocabulary_size=8000)))
+    >>> model.compile_for_pretraining(1e-4, warmup_steps=1000, total_steps=100_000)
+    >>> model.fit(dataset)  # yields (features, {"mlm": ids, "nsp": is_random}, {"mlm": mask_weights})
+    """
+
+    input_names = PRETRAINING_INPUTS
+    required_inputs = ("token_ids", "mask_positions")
+
+    def __init__(self, backbone, **kwargs):
+        super().__init__(backbone, **kwargs)
+        config = backbone.config
+        self.mlm_head = BertMaskedLMHead(config.vocabulary_size, layer_norm_epsilon=config.layer_norm_epsilon,
+                                         name="mlm_head", dtype=self.dtype_policy)
+        self.nsp_head = keras.layers.Dense(2, kernel_initializer=_initializer(), name="nsp_head",
+                                           dtype=self.dtype_policy)
+        self.mlm_head.build((None, None, config.hidden_dim))
+        self.nsp_head.build((None, config.hidden_dim))
+
+    def _check_positions(self, mask_positions, token_ids):
+        check_rank(mask_positions.shape, 2, "mask_positions", "(batch, predictions) of positions")
+        if not keras.backend.is_int_dtype(mask_positions.dtype):
+            raise ValueError(f"`mask_positions` must hold integer positions; received dtype {mask_positions.dtype}.")
+        length = token_ids.shape[1]
+        value = concrete_value(mask_positions)
+        if value is not None and length is not None and value.size and (value.min() < 0 or value.max() >= length):
+            raise ValueError(
+                f"`mask_positions` must be positions in [0, {length}) (the length of `token_ids`); received values "
+                f"in [{value.min()}, {value.max()}]."
+            )
+
+    def call(self, inputs, training=None):
+        backbone_inputs = self._check_inputs(inputs)
+        mask_positions = inputs["mask_positions"]
+        self._check_positions(mask_positions, inputs["token_ids"])
+        out = self.backbone(backbone_inputs, training=training)
+        mlm = self.mlm_head(out["sequence_output"], mask_positions, self.backbone.token_embedding.embeddings)
+        return {"mlm": mlm, "nsp": self.nsp_head(out["pooled_output"])}
+
+    # ---- training ---------------------------------------------------------------------------------------------
+
+    def _sample_weight(self, y, sample_weight):
+        """The sample weights as a dict over both outputs (Keras needs every output's, or none): missing ones
+        are ones."""
+        if sample_weight is None:
+            return None
+        if not isinstance(sample_weight, dict):
+            raise ValueError(
+                "BertPretrainer's sample weights are a dict, {'mlm': mask_weights (B, P)} (and optionally 'nsp' "
+                f"(B,)); received {type(sample_weight).__name__}."
+            )
+        unknown = sorted(set(sample_weight) - {"mlm", "nsp"})
+        if unknown:
+            raise ValueError(f"BertPretrainer's sample weights have keys 'mlm', 'nsp'; received unknown {unknown}.")
+        completed = {}
+        for key in ("mlm", "nsp"):
+            weight = sample_weight.get(key)
+            if weight is None:
+                weight = ops.ones(ops.shape(y[key])[:2] if key == "mlm" else ops.shape(y[key])[:1], "float32")
+            completed[key] = weight
+        return completed
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return super().compute_loss(x, y, y_pred, self._sample_weight(y, sample_weight), training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y, y_pred, self._sample_weight(y, sample_weight))
+
+    def compile_for_pretraining(self, learning_rate=1e-4, warmup_steps=10_000, total_steps=1_000_000,
+                                weight_decay=0.01, **kwargs):
+        """``compile`` as BERT pretrains (appendix A.2): :func:`bert_optimizer` (AdamW, linear warm-up to
+        ``learning_rate`` over ``warmup_steps``, linear decay to 0 at ``total_steps``, no decay of LayerNorm
+        and bias weights), the loss MLM + NSP and the accuracies. ``kwargs`` go to ``compile``
+        (e.g. ``jit_compile``, ``steps_per_execution``)."""
+        self.compile(
+            optimizer=bert_optimizer(learning_rate, warmup_steps, total_steps, weight_decay),
+            loss={
+                # the mean over real predictions: sum(w * nll) / sum(w)
+                "mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="mean_with_sample_weight"),
+                "nsp": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            },
+            weighted_metrics={"mlm": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
+            metrics={"nsp": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
+            **kwargs,
+        )

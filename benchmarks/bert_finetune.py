@@ -1,0 +1,93 @@
+"""BERT fine-tuning quality: pretrained against scratch with the same budget. One run of the recipe of
+examples/finetune_bert.py (`attnlayers.applications.bert.recipes.run_finetuning`) on a task, from the checkpoint
+of benchmarks/bert_pretraining.py ("pretrained", or any Hugging Face BERT directory) or from a random
+initialization of the same architecture and vocabulary ("scratch"), then the test score beside the task's
+non-neural baseline:
+
+    sentiment    tweets, 3 classes: macro-F1 (and accuracy)      bag-of-words logistic regression
+    paraphrase   KJV / WEB verse pairs, same verse or not: accuracy   logistic regression on shared words
+    pos          Brown corpus, universal tags: word accuracy       most frequent tag per word
+
+    python benchmarks/bert_pretraining.py --minutes 20                      # the checkpoint, once
+    python benchmarks/bert_finetune.py --task pos --init pretrained --minutes 4
+    python benchmarks/bert_finetune.py --task pos --init scratch --minutes 4
+    python benchmarks/bert_finetune.py --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bert_pretraining  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "bert" / "finetune"
+PRETRAINED = bert_pretraining.RESULTS / bert_pretraining.run_name("tiny", 0, 20)
+
+
+def parse_args(argv=None):
+    from attnlayers.applications.bert.recipes import TASKS, FinetuningSettings
+
+    default = FinetuningSettings(TASKS[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=TASKS, help="which task")
+    parser.add_argument("--init", default="pretrained",
+                        help="pretrained (the checkpoint --pretrained), scratch (its architecture and vocabulary, "
+                             "random weights) or a Hugging Face BERT directory (default pretrained)")
+    parser.add_argument("--pretrained", type=pathlib.Path, default=PRETRAINED,
+                        help=f"the checkpoint of benchmarks/bert_pretraining.py (default {PRETRAINED})")
+    parser.add_argument("--minutes", type=float, default=4.0, help="wall-clock training budget (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="split, shuffling and initialization seed")
+    parser.add_argument("--batch-size", type=int, default=default.batch_size)
+    parser.add_argument("--learning-rate", type=float, default=default.learning_rate)
+    parser.add_argument("--results", type=pathlib.Path, default=RESULTS, help="where JSON results are written")
+    parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
+    args = parser.parse_args(argv)
+    if not args.table and args.task is None:
+        parser.error("--task is required (or --table)")
+    return args
+
+
+def run(args):
+    import keras
+    from attnlayers.applications.bert.recipes import FinetuningSettings, run_finetuning
+
+    keras.utils.set_random_seed(args.seed)
+    init = str(args.pretrained) if args.init == "pretrained" else args.init
+    label = args.init if args.init in ("pretrained", "scratch") else pathlib.Path(args.init).name
+    settings = FinetuningSettings(args.task, init=init, architecture=str(args.pretrained), minutes=args.minutes,
+                                  batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
+    record = {"init": label, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+              "cores": len(os.sched_getaffinity(0))}
+    return run_finetuning(settings, args.results, verbose=2, record=record, tensorboard=False, backup=False,
+                          results_file=f"{args.task}-{label}-seed{args.seed}-{args.minutes:g}min.json")
+
+
+def load_results(results_dir):
+    rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(results_dir).glob("*.json"))]
+    rows = [r for r in rows if isinstance(r, dict) and "test" in r and "baseline" in r]
+    order = {"sentiment": 0, "paraphrase": 1, "pos": 2}
+    return sorted(rows, key=lambda r: (order.get(r["task"], 3), r["minutes"] or 0, r["seed"], r["init"]))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from attnlayers.applications.bert.recipes import print_table
+
+    if args.table:
+        print_table(load_results(args.results))
+        return 0
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

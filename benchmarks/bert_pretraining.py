@@ -1,0 +1,80 @@
+"""BERT pretraining quality on the King James Bible: one run of the recipe of examples/pretrain_bert.py
+(`attnlayers.applications.bert.recipes.run_pretraining`, its default settings unless flags say otherwise) for a
+wall-clock budget, then the held-out masked-LM and next-sentence accuracies beside their baselines (the most
+frequent training token at every masked position; chance for NSP). The backbone is saved as a Hugging Face
+checkpoint beside the result, for benchmarks/bert_finetune.py.
+
+    python benchmarks/bert_pretraining.py --minutes 20                 # -> results/bert/pretraining/tiny-seed0-20min/
+    python benchmarks/bert_pretraining.py --minutes 20 --config mini
+    python benchmarks/bert_pretraining.py --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "bert" / "pretraining"
+
+
+def run_name(config, seed, minutes):
+    return f"{config}-seed{seed}-{minutes:g}min"
+
+
+def parse_args(argv=None):
+    from attnlayers.applications.bert import PRESETS
+    from attnlayers.applications.bert.recipes import PretrainingSettings
+
+    default = PretrainingSettings()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=20.0, help="wall-clock training budget (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="split, pairs, masks and initialization seed")
+    parser.add_argument("--config", choices=sorted(PRESETS), default=default.config,
+                        help=f"BERT size (default: the recipe's, {default.config})")
+    parser.add_argument("--batch-size", type=int, default=default.batch_size)
+    parser.add_argument("--learning-rate", type=float, default=default.learning_rate)
+    parser.add_argument("--results", type=pathlib.Path, default=RESULTS,
+                        help="where each run's folder (results.json + checkpoint) is written")
+    parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
+    return parser.parse_args(argv)
+
+
+def run(args):
+    import keras
+    from attnlayers.applications.bert.recipes import PretrainingSettings, run_pretraining
+
+    keras.utils.set_random_seed(args.seed)
+    settings = PretrainingSettings(config=args.config, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                                   minutes=args.minutes, seed=args.seed)
+    record = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+              "cores": len(os.sched_getaffinity(0))}  # fewer than the machine's when pinned (taskset)
+    return run_pretraining(settings, args.results / run_name(args.config, args.seed, args.minutes), verbose=2,
+                           record=record, tensorboard=False, backup=False)
+
+
+def load_results(results_dir):
+    rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(results_dir).glob("*/results.json"))]
+    rows = [r for r in rows if isinstance(r, dict) and r.get("task") == "pretraining" and "held_out" in r]
+    return sorted(rows, key=lambda r: (r["config"], r["minutes"] or 0, r["seed"]))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from attnlayers.applications.bert.recipes import print_table
+
+    if args.table:
+        print_table(load_results(args.results))
+        return 0
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""Smoke tests of examples/pretrain_bert.py and examples/finetune_bert.py (and the benchmarks' tables) on tiny
+corpora written here: the corpus readers of attnlayers.applications.bert.corpora are replaced by fixtures, so
+nothing needs the installed Bible, Brown corpus or tweets. Pretraining for a few steps writes a Hugging Face
+checkpoint that loads; fine-tuning each task from it (and one from scratch) runs, prints its baseline and exports
+a SavedModel that serves strings."""
+
+import contextlib
+import importlib.util
+import io
+import json
+import pathlib
+import random
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow_text")
+
+from attnlayers.applications.bert import baselines, corpora, recipes  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+NOUNS = ["king", "people", "city", "house", "land", "servant", "son", "lord", "water", "bread", "field", "gate"]
+VERBS = ["saw", "built", "gave", "found", "kept", "took", "blessed", "sent"]
+ADJECTIVES = ["great", "holy", "good", "old", "young", "strong"]
+POSITIVE, NEGATIVE, NEUTRAL = ["love", "great", "happy", "awesome"], ["hate", "awful", "sad", "broken"], [
+    "car", "road", "today", "drive"]
+
+
+def _sentence(rng):
+    return (f"the {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)} {rng.choice(VERBS)} the {rng.choice(NOUNS)} "
+            f"of the {rng.choice(NOUNS)} .")
+
+
+def fake_bible_documents(translation="KJV", **kwargs):
+    rng = random.Random(0)
+    return [[_sentence(rng) for _ in range(6)] for _ in range(40)]
+
+
+def fake_paraphrase_pairs(seed=0, **kwargs):
+    rng = random.Random(seed)
+
+    def pairs(n):
+        out = []
+        for _ in range(n):
+            kjv = _sentence(rng)
+            out.append((kjv, kjv.replace("the ", "a ", 1), 1))
+            out.append((kjv, _sentence(rng), 0))
+        return out
+
+    return {"train": pairs(24), "validation": pairs(6), "test": pairs(6)}
+
+
+def fake_brown_tagged_sentences(universal_tags=True, **kwargs):
+    rng = random.Random(1)
+    return [[("The", "DET"), (rng.choice(ADJECTIVES), "ADJ"), (rng.choice(NOUNS), "NOUN"), (rng.choice(VERBS), "VERB"),
+             ("the", "DET"), (rng.choice(NOUNS), "NOUN"), (".", ".")] for _ in range(60)]
+
+
+def fake_tweets(**kwargs):
+    rng = random.Random(2)
+    return [(f"i {rng.choice(words)} my {rng.choice(NOUNS)} {rng.choice(words)}", label)
+            for label, words in enumerate((NEGATIVE, NEUTRAL, POSITIVE)) for _ in range(30)]
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def pretrain_script():
+    return _load("pretrain_bert_script", ROOT / "examples" / "pretrain_bert.py")
+
+
+@pytest.fixture(scope="module")
+def finetune_script():
+    return _load("finetune_bert_script", ROOT / "examples" / "finetune_bert.py")
+
+
+@pytest.fixture
+def fake_corpora(monkeypatch):
+    for name, fake in (("bible_documents", fake_bible_documents), ("paraphrase_pairs", fake_paraphrase_pairs),
+                       ("brown_tagged_sentences", fake_brown_tagged_sentences), ("tweets", fake_tweets)):
+        monkeypatch.setattr(corpora, name, fake)
+
+
+PRETRAIN_FLAGS = ["--config", "tiny", "--vocab-size", "200", "--sequence-length", "32", "--max-predictions", "5",
+                  "--batch-size", "8", "--epochs", "2", "--verbose", "0"]
+
+
+@pytest.fixture(scope="module")
+def pretrained(pretrain_script, tmp_path_factory):
+    """A checkpoint pretrained for 2 epochs on the fixture documents (and what the script printed)."""
+    import keras
+
+    out = tmp_path_factory.mktemp("pretrained")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(corpora, "bible_documents", fake_bible_documents)
+        keras.config.set_dtype_policy("float32")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            status = pretrain_script.main(PRETRAIN_FLAGS + ["--out", str(out)])
+    keras.backend.clear_session()
+    assert status == 0
+    return out, printed.getvalue()
+
+
+def test_pretraining_writes_a_loadable_checkpoint_and_its_report(pretrained):
+    from attnlayers.applications.bert import BertTokenizer, load_hf_checkpoint
+
+    out, printed = pretrained
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "results.json"):
+        assert (out / name).is_file(), name
+    backbone, info = load_hf_checkpoint(str(out))
+    tokenizer = BertTokenizer.from_directory(str(out))
+    assert backbone.config.num_layers == 2 and backbone.config.hidden_dim == 128  # the "tiny" preset
+    assert backbone.config.vocabulary_size == tokenizer.vocabulary_size and backbone.config.max_sequence_length == 32
+    assert info["vocabulary"] and info["do_lower_case"]
+    result = json.loads((out / "results.json").read_text())
+    assert result["task"] == "pretraining" and result["training"]["epochs"] == 2 and result["training"]["steps"] > 0
+    for key in ("mlm_accuracy", "nsp_accuracy"):
+        assert 0.0 <= result["held_out"][key] <= 1.0
+    baselines = result["baselines"]
+    assert 0.0 < baselines["mlm_most_frequent_token"] < 1.0 and baselines["nsp_chance"] == 0.5
+    assert baselines["masked_tokens"] > 0 and baselines["pairs"] > 0
+    history = result["training"]["history"]
+    assert len(history["mlm_accuracy"]) == 2 and len(history["val_nsp_accuracy"]) == 2
+    assert "most frequent token" in printed and "NSP accuracy" in printed
+    if result["pictures"]:  # matplotlib installed
+        assert pathlib.Path(result["pictures"][0]).stat().st_size > 0
+    assert (out / "logs").is_dir()
+
+
+def test_pretraining_baseline_counts_the_most_frequent_token():
+    class Tokenizer:
+        special_token_ids = (0, 1, 2, 3, 4)
+
+    counts = np.array([100, 90, 80, 70, 60, 5, 9, 7])  # special tokens are never masked: not the answer
+    assert recipes.most_frequent_token(counts, Tokenizer()) == 6
+
+
+def _check_served(task, path, labels):
+    """The exported SavedModel, loaded with TensorFlow alone, serves strings (pairs for paraphrase)."""
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(path))
+    if task == "pos":
+        out = loaded.tag(tf.constant(["The old king saw the city ."]))
+        tags = [t.decode() for t, start in zip(out["tags"][0].numpy(), out["word_start"][0].numpy()) if start]
+        assert len(tags) == 7 and set(tags) <= set(labels)
+        return
+    if task == "paraphrase":
+        out = loaded.classify(text=tf.constant(["the king saw the city ."]), text_pair=tf.constant(["a king saw it ."]))
+    else:
+        out = loaded.classify(tf.constant(["i love my city", ""]))
+        assert out["empty"].numpy().tolist() == [False, True]
+    assert {label.decode() for label in out["label"].numpy()} <= set(labels)
+    np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("task", recipes.TASKS)
+def test_finetuning_from_the_pretrained_checkpoint_runs_and_exports(task, pretrained, finetune_script, fake_corpora,
+                                                                    tmp_path, capsys):
+    checkpoint, _ = pretrained
+    out, export = tmp_path / "run", tmp_path / "model"
+    status = finetune_script.main(["--task", task, "--init", str(checkpoint), "--epochs", "1", "--batch-size", "8",
+                                   "--sequence-length", "24", "--out", str(out), "--export", str(export),
+                                   "--verbose", "0"])
+    assert status == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "results.json").read_text())
+    assert result["task"] == task and result["init"] == "pretrained" and result["training"]["epochs"] == 1
+    assert 0.0 <= result["test"]["accuracy"] <= 1.0 and 0.0 <= result["baseline"]["accuracy"] <= 1.0
+    assert result["baseline"]["name"] in printed and f"| {task} | pretrained |" in printed
+    if task == "sentiment":
+        assert 0.0 <= result["test"]["macro_f1"] <= 1.0 and result["metric"] == "macro_f1"
+    if task == "pos":  # the fixture sentences are regular: most frequent tag is right for every word
+        assert result["baseline"]["accuracy"] == 1.0
+    assert (export / "saved_model.pb").is_file() and result["export"] == str(export)
+    _check_served(task, export, result["labels"])
+    row = recipes.result_row(result)
+    assert row[:3] == [task, "pretrained", "0"] and len(row) == 7
+
+
+def test_finetuning_from_scratch_uses_the_architecture_and_vocabulary(pretrained, finetune_script, fake_corpora,
+                                                                     tmp_path):
+    checkpoint, _ = pretrained
+    out = tmp_path / "run"
+    status = finetune_script.main(["--task", "pos", "--init", "scratch", "--architecture", str(checkpoint),
+                                   "--epochs", "1", "--batch-size", "8", "--sequence-length", "24", "--out", str(out),
+                                   "--no-export", "--verbose", "0"])
+    assert status == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["init"] == "scratch" and "export" not in result
+    assert result["parameters"] > 0 and result["training"]["steps"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "ner"], "invalid choice"),
+    (["--task", "pos", "--epochs", "0"], "--epochs must be at least 1"),
+    (["--task", "pos", "--minutes", "-1"], "--minutes must be a positive number"),
+])
+def test_finetune_flags_are_checked(finetune_script, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        finetune_script.parse_args(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_missing_or_too_short_initialization_is_a_one_line_error(pretrained, finetune_script, fake_corpora,
+                                                                  tmp_path, capsys):
+    checkpoint, _ = pretrained
+    assert finetune_script.main(["--task", "pos", "--init", str(tmp_path / "missing")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("finetune_bert.py: error: --init") and "not a directory" in error[0]
+    assert finetune_script.main(["--task", "pos", "--init", str(checkpoint), "--sequence-length", "64"]) == 2
+    assert "position table" in capsys.readouterr().err
+
+
+def test_pretrain_flags_and_corpus_errors(pretrain_script, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        pretrain_script.parse_args(["--sequence-length", "4"])
+    assert exit_.value.code == 2 and "--sequence-length must be at least 5" in capsys.readouterr().err
+    assert pretrain_script.main(["--corpus", f"text:{tmp_path / 'missing.txt'}", "--out", str(tmp_path / "o")]) == 2
+    assert "missing.txt" in capsys.readouterr().err
+    assert pretrain_script.main(["--corpus", "wiki", "--out", str(tmp_path / "o")]) == 2
+    assert "expected kjv or text:PATH" in capsys.readouterr().err
+
+
+def test_text_corpus_format(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("In the beginning.\nAnd the earth.\n\n\nSecond document.\n  \nThird, one line.\n")
+    assert recipes.read_text_documents(path) == [["In the beginning.", "And the earth."], ["Second document."],
+                                                 ["Third, one line."]]
+
+
+def test_baselines_are_sensible():
+    data = recipes.TaskData(*[fake_tweets()] * 3, labels=list(corpora.SENTIMENTS), head="classifier")
+    scores = baselines.task_baseline("sentiment", data)
+    assert scores["accuracy"] == 1.0 and scores["macro_f1"] == 1.0  # the label words separate the classes
+    pairs = fake_paraphrase_pairs()
+    data = recipes.TaskData(pairs["train"], pairs["validation"], pairs["test"], ["other", "same"], "classifier")
+    assert baselines.task_baseline("paraphrase", data)["accuracy"] >= 0.9  # overlap tells same from other
+    scores = baselines.classification_scores([0, 0, 1, 2], [0, 1, 1, 1], 3)
+    assert scores["accuracy"] == 0.5 and scores["f1"] == [2 / 3, 0.5, 0.0]
+
+
+def test_benchmark_tables_read_the_results(pretrained, tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        pretraining = _load("bert_pretraining_benchmark", ROOT / "benchmarks" / "bert_pretraining.py")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    checkpoint, _ = pretrained
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text((checkpoint / "results.json").read_text())
+    assert pretraining.main(["--table", "--results", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "| task | init | seed | minutes | steps | metric | baseline |"
+    assert lines[2].startswith("| pretraining (tiny, lr 0.001) | random | 0 | - |")
+    assert "most frequent token" in lines[2]
