@@ -197,7 +197,10 @@ def test_budgeted_learning_rate_under_mirrored_strategy_and_loss_scaling():
     in a LossScaleOptimizer, whose config has no learning rate: the schedule reads through both."""
     import tensorflow as tf
 
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # ReductionToOneDevice, as core.runtime does on CPUs: collective all-reduces would reuse instance keys that
+    # another MirroredStrategy of this process (a later test) reuses ("Shape mismatch in the collective instance").
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)), "mse")
