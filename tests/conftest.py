@@ -1,5 +1,7 @@
 """Test configuration shared by the whole suite (one pytest process: TensorFlow imports once)."""
 
+import gc
+import itertools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -18,6 +20,12 @@ if keras.backend.backend() == "tensorflow":
     )
 
 
+_TESTS_RUN = itertools.count(1)
+# A full garbage collection takes ~0.4 s once TensorFlow and a few hundred models are in the heap; after every
+# test that was a third of the suite's time. Python's own generational collection runs in between.
+_FULL_COLLECTION_EVERY = 20
+
+
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Each test starts from float32, a fixed seed and a fresh name scope."""
@@ -25,7 +33,9 @@ def _reset_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.config.set_dtype_policy("float32")
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)
+    if next(_TESTS_RUN) % _FULL_COLLECTION_EVERY == 0:
+        gc.collect()
 
 
 @pytest.fixture
