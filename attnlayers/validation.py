@@ -46,6 +46,13 @@ def positive_number(value, name, *, what=None):
     return float(value)
 
 
+def check_divisible(value, name, divisor, divisor_name):
+    """A ValueError naming both arguments unless ``divisor`` divides ``value`` (e.g. a model width and its heads)."""
+    if value % divisor:
+        raise ValueError(f"`{name}` must be divisible by `{divisor_name}`; received {name}={value}, "
+                         f"{divisor_name}={divisor}.")
+
+
 def rate_in_unit_interval(value, name):
     """``value`` as a float in [0, 1) (a dropout rate, a decay, a smoothing epsilon)."""
     if not is_number(value) or not 0.0 <= value < 1.0:

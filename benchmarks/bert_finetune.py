@@ -12,6 +12,9 @@ non-neural baseline:
     python benchmarks/bert_finetune.py --task pos --init pretrained --minutes 4
     python benchmarks/bert_finetune.py --task pos --init scratch --minutes 4
     python benchmarks/bert_finetune.py --table
+
+An imported checkpoint takes the place of ours with --pretrained DIR (scratch is then its architecture and
+vocabulary); --sequence-length fits the inputs to its vocabulary (the defaults were measured with the KJV's).
 """
 
 from __future__ import annotations
@@ -44,10 +47,18 @@ def parse_args(argv=None):
                              "random weights) or a Hugging Face BERT directory (default pretrained)")
     parser.add_argument("--pretrained", type=pathlib.Path, default=PRETRAINED,
                         help=f"the checkpoint of benchmarks/bert_pretraining.py (default {PRETRAINED})")
+    parser.add_argument("--name", default=None,
+                        help="the checkpoint's name in the table and the result's file (default: its directory's)")
     parser.add_argument("--minutes", type=float, default=4.0, help="wall-clock training budget (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="split, shuffling and initialization seed")
     parser.add_argument("--batch-size", type=int, default=default.batch_size)
     parser.add_argument("--learning-rate", type=float, default=default.learning_rate)
+    parser.add_argument("--sequence-length", type=int, default=None,
+                        help="pieces per input (default: the recipe's, measured with the KJV vocabulary)")
+    parser.add_argument("--validation-examples", type=int, default=None,
+                        help="N validation examples drawn at random pick the best weights (default: all)")
+    parser.add_argument("--test-examples", type=int, default=None,
+                        help="N test examples drawn at random score the model and the baseline (default: all)")
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS, help="where JSON results are written")
     parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
     args = parser.parse_args(argv)
@@ -62,20 +73,24 @@ def run(args):
 
     keras.utils.set_random_seed(args.seed)
     init = str(args.pretrained) if args.init == "pretrained" else args.init
-    label = args.init if args.init in ("pretrained", "scratch") else pathlib.Path(args.init).name
+    label = args.init if args.init in ("pretrained", "scratch") else "pretrained"
+    checkpoint = args.name or pathlib.Path(args.pretrained if args.init in ("pretrained", "scratch") else args.init).name
     settings = FinetuningSettings(args.task, init=init, architecture=str(args.pretrained), minutes=args.minutes,
-                                  batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
-    record = {"init": label, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+                                  batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+                                  sequence_length=args.sequence_length,
+                                  validation_examples=args.validation_examples, test_examples=args.test_examples)
+    record = {"init": label, "checkpoint": checkpoint, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
               "cores": len(os.sched_getaffinity(0))}
     return run_finetuning(settings, args.results, verbose=2, record=record, tensorboard=False, backup=False,
-                          results_file=f"{args.task}-{label}-seed{args.seed}-{args.minutes:g}min.json")
+                          results_file=f"{args.task}-{checkpoint}-{label}-seed{args.seed}-{args.minutes:g}min.json")
 
 
 def load_results(results_dir):
     rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(results_dir).glob("*.json"))]
     rows = [r for r in rows if isinstance(r, dict) and "test" in r and "baseline" in r]
     order = {"sentiment": 0, "paraphrase": 1, "pos": 2}
-    return sorted(rows, key=lambda r: (order.get(r["task"], 3), r["minutes"] or 0, r["seed"], r["init"]))
+    return sorted(rows, key=lambda r: (order.get(r["task"], 3), r.get("checkpoint", ""), r["minutes"] or 0,
+                                       r["seed"], r["init"]))
 
 
 def main(argv=None):

@@ -48,6 +48,7 @@ def parse_args(argv=None):
         TASK_SEQUENCE_LENGTH,
         TASKS,
         FinetuningSettings,
+        add_optimizer_arguments,
     )
 
     default = FinetuningSettings(TASKS[0])
@@ -62,14 +63,7 @@ def parse_args(argv=None):
     parser.add_argument("--sequence-length", type=int, default=None,
                         help="pieces per input; longer inputs are cut and counted (default: "
                              + ", ".join(f"{t} {n}" for t, n in TASK_SEQUENCE_LENGTH.items()) + ")")
-    parser.add_argument("--batch-size", type=int, default=default.batch_size,
-                        help=f"examples per batch (default {default.batch_size})")
-    parser.add_argument("--learning-rate", type=float, default=default.learning_rate,
-                        help=f"peak learning rate of AdamW (default {default.learning_rate:g})")
-    parser.add_argument("--warmup-fraction", type=float, default=default.warmup_fraction,
-                        help=f"share of the run spent warming up (default {default.warmup_fraction:g})")
-    parser.add_argument("--weight-decay", type=float, default=default.weight_decay,
-                        help=f"AdamW's decoupled weight decay (default {default.weight_decay:g})")
+    add_optimizer_arguments(parser, default, "examples")
     parser.add_argument("--epochs", type=int, default=None,
                         help="passes over the training split (default: 3, BERT's, or as many as --minutes allows)")
     parser.add_argument("--minutes", type=float, default=None,

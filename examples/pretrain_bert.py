@@ -38,7 +38,7 @@ PROG = os.path.basename(__file__)
 def parse_args(argv=None):
     from attnlayers.applications import core
     from attnlayers.applications.bert import PRESETS
-    from attnlayers.applications.bert.recipes import DEFAULT_PRETRAINED, PretrainingSettings
+    from attnlayers.applications.bert.recipes import DEFAULT_PRETRAINED, PretrainingSettings, add_optimizer_arguments
 
     default = PretrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -58,14 +58,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-predictions", type=int, default=default.max_predictions,
                         help=f"most masked tokens per pair (default {default.max_predictions})")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask every piece of a chosen word")
-    parser.add_argument("--batch-size", type=int, default=default.batch_size,
-                        help=f"pairs per batch (default {default.batch_size})")
-    parser.add_argument("--learning-rate", type=float, default=default.learning_rate,
-                        help=f"peak learning rate of AdamW (default {default.learning_rate:g})")
-    parser.add_argument("--warmup-fraction", type=float, default=default.warmup_fraction,
-                        help=f"share of the run spent warming up (default {default.warmup_fraction:g})")
-    parser.add_argument("--weight-decay", type=float, default=default.weight_decay,
-                        help=f"AdamW's decoupled weight decay (default {default.weight_decay:g})")
+    add_optimizer_arguments(parser, default, "pairs")
     parser.add_argument("--held-out", type=float, default=default.held_out,
                         help=f"share of the documents held out for evaluation (default {default.held_out:g})")
     parser.add_argument("--epochs", type=int, default=None,

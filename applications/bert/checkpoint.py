@@ -34,6 +34,7 @@ from keras import ops
 
 from ..core.files import replace_atomically
 from ..core.safetensors import read_safetensors, write_safetensors
+from ..core.weights import copy_weights_by_path, renamed
 from .backbone import BertBackbone
 from .config import BertConfig
 
@@ -392,23 +393,7 @@ def copy_keras_hub_weights(keras_hub_backbone, backbone):
     Raises:
         ValueError: naming the weights missing on either side and those whose shapes differ.
     """
-    targets = dict(_built_weights(backbone))
-    missing, mismatched = [], []
-    for w in keras_hub_backbone.weights:
-        path = w.path
-        for old, new in _KERAS_HUB_RENAMES:
-            path = path.replace(old, new)
-        target = targets.pop(path, None)
-        if target is None:
-            missing.append(w.path)
-        elif tuple(target.shape) != tuple(w.shape):
-            mismatched.append(f"{w.path} {tuple(w.shape)} -> {target.path} {tuple(target.shape)}")
-        else:
-            target.assign(w.value)
-    if missing or mismatched or targets:
-        raise ValueError(
-            "`keras_hub_backbone` and `backbone` must have the same architecture and sizes; "
-            f"keras-hub weights without a counterpart: {missing}; shapes that differ: {mismatched}; "
-            f"weights of `backbone` not copied: {sorted(t.path for t in targets.values())}."
-        )
+    copy_weights_by_path(keras_hub_backbone.weights, _built_weights(backbone),
+                         lambda path: renamed(path, _KERAS_HUB_RENAMES), source_name="keras_hub_backbone",
+                         target_name="backbone")
     return backbone

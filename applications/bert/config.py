@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnlayers.validation import is_int, positive_int, rate_in_unit_interval
+from attnlayers.validation import check_divisible, is_int, positive_int, rate_in_unit_interval
 
 # (num_layers, hidden_dim, num_heads): BERT-Base and BERT-Large (Devlin et al. 2019, section 3) and the compact
 # models of Turc et al. 2019 ("Well-Read Students Learn Better"), heads = hidden_dim / 64, d_ff = 4 d.
@@ -55,11 +55,7 @@ class BertConfig:
         for name in ("vocabulary_size", "max_sequence_length", "num_segments", "num_layers", "num_heads",
                      "hidden_dim", "intermediate_dim"):
             positive_int(getattr(self, name), name)
-        if self.hidden_dim % self.num_heads:
-            raise ValueError(
-                f"`hidden_dim` must be divisible by `num_heads`; received hidden_dim={self.hidden_dim}, "
-                f"num_heads={self.num_heads}."
-            )
+        check_divisible(self.hidden_dim, "hidden_dim", self.num_heads, "num_heads")
         self.dropout = rate_in_unit_interval(self.dropout, "dropout")
         if not (isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0):
             raise ValueError(f"`layer_norm_epsilon` must be a positive number; received {self.layer_norm_epsilon!r}.")

@@ -102,6 +102,10 @@ class FinetuningSettings:
         batch_size, learning_rate (the peak), warmup_fraction, weight_decay: BERT's AdamW, warm-up then linear
             decay to zero at the end of the run. 1e-4: the compact models' choice of Turc et al. 2019.
         minutes: the training budget, or None. epochs: None: 3 (BERT's), or until the budget.
+        validation_examples: None: the whole validation split picks the best epoch's weights; N: N of its examples
+            drawn at random (a large model's validation pass can cost more than its training budget).
+        test_examples: None: the whole test split; N: N of its examples drawn at random, for the model and the
+            baseline alike.
         seed: the split (tweets and Brown), the shuffling, the head's (and scratch's) initialization.
     """
 
@@ -115,12 +119,30 @@ class FinetuningSettings:
     weight_decay: float = 0.01
     minutes: float | None = None
     epochs: int | None = None
+    validation_examples: int | None = None
+    test_examples: int | None = None
     seed: int = 0
 
     def __post_init__(self):
         one_of(self.task, "task", TASKS)
+        for name in ("validation_examples", "test_examples"):
+            positive_int(getattr(self, name), name, allow_none=True)
         if self.sequence_length is None:
             self.sequence_length = TASK_SEQUENCE_LENGTH[self.task]
+
+
+def add_optimizer_arguments(parser, default, unit):
+    """The example scripts' --batch-size, --learning-rate, --warmup-fraction and --weight-decay (BERT's AdamW),
+    their defaults from ``default`` (a :class:`PretrainingSettings` or :class:`FinetuningSettings`); ``unit``
+    names what a batch holds ("pairs", "examples")."""
+    parser.add_argument("--batch-size", type=int, default=default.batch_size,
+                        help=f"{unit} per batch (default {default.batch_size})")
+    parser.add_argument("--learning-rate", type=float, default=default.learning_rate,
+                        help=f"peak learning rate of AdamW (default {default.learning_rate:g})")
+    parser.add_argument("--warmup-fraction", type=float, default=default.warmup_fraction,
+                        help=f"share of the run spent warming up (default {default.warmup_fraction:g})")
+    parser.add_argument("--weight-decay", type=float, default=default.weight_decay,
+                        help=f"AdamW's decoupled weight decay (default {default.weight_decay:g})")
 
 
 def _epochs(epochs, minutes, default):
@@ -516,6 +538,15 @@ def load_initialization(init, architecture, strategy, sequence_length=None):
     return backbone, tokenizer
 
 
+def sample(examples, size, seed=0):
+    """``size`` of ``examples`` drawn without replacement in their order (the splits are grouped by label, so
+    their first ``size`` would not do), or all of them when ``size`` is None or not smaller."""
+    if size is None or size >= len(examples):
+        return examples
+    keep = np.sort(np.random.default_rng(seed).choice(len(examples), size, replace=False))
+    return [examples[i] for i in keep]
+
+
 def _dataset(features, labels, batch_size, seed=None):
     import tensorflow as tf
 
@@ -551,9 +582,13 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
     task, length = settings.task, settings.sequence_length
     backbone, tokenizer = load_initialization(settings.init, settings.architecture, strategy, length)
     data = data or load_task(task, settings.seed)
+    sizes = {split: len(getattr(data, split)) for split in ("train", "validation", "test")}
+    data = dataclasses.replace(data, test=sample(data.test, settings.test_examples, settings.seed))
     encoded, cut = {}, {}
     for split in ("train", "validation", "test"):
         examples = getattr(data, split)
+        if split == "validation":
+            examples = sample(examples, settings.validation_examples, settings.seed)
         if data.head == "tagger":
             features, labels, word_ids, cut[split] = encode_tagged(examples, tokenizer, length, data.labels)
             encoded[split] = (features, labels, word_ids)
@@ -561,8 +596,10 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
             features, labels, cut[split] = encode_texts(examples, tokenizer, length)
             encoded[split] = (features, labels, None)
     what = "words" if data.head == "tagger" else "inputs"
-    print(f"data: {task}, {len(data.train)} train / {len(data.validation)} validation / {len(data.test)} test "
-          f"examples, {len(data.labels)} labels; {what} cut at {length} pieces: "
+    used = {"train": len(data.train), "validation": len(encoded["validation"][1]), "test": len(data.test)}
+    print(f"data: {task}, " + " / ".join(f"{used[s]}{'' if used[s] == sizes[s] else f' of {sizes[s]}'} {s}"
+                                         for s in sizes)
+          + f" examples, {len(data.labels)} labels; {what} cut at {length} pieces: "
           + ", ".join(f"{cut[s]} {s}" for s in cut), flush=True)
     train = _dataset(*encoded["train"][:2], settings.batch_size, seed=settings.seed)
     validation = _dataset(*encoded["validation"][:2], 256)
@@ -609,8 +646,7 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
         return export_dir
 
     record = {**dataclasses.asdict(settings), "task": task, "init": init, "init_path": settings.init,
-              "labels": list(data.labels), "examples": {s: len(getattr(data, s)) for s in ("train", "validation",
-                                                                                          "test")},
+              "labels": list(data.labels), "examples": sizes,
               "cut": cut, "runtime": describe_runtime(strategy), **(record or {})}
     epochs = _epochs(settings.epochs, settings.minutes, 3)
     return run_recipe(model, train, validation=validation, epochs=epochs,
@@ -629,7 +665,8 @@ def result_row(result):
     task = result["task"]
     if task == "pretraining":
         task = f"pretraining ({result.get('config')}, lr {result.get('learning_rate', 0):g})"
-    common = [task, result["init"], str(result["seed"]), "-" if minutes is None else f"{minutes:g}",
+    init = f"{result['init']} ({result['checkpoint']})" if result.get("checkpoint") else result["init"]
+    common = [task, init, str(result["seed"]), "-" if minutes is None else f"{minutes:g}",
               str(result["training"]["steps"])]
     if result["task"] == "pretraining":
         held, base = result["held_out"], result["baselines"]
@@ -656,6 +693,7 @@ __all__ = [
     "FinetuningSettings",
     "PretrainingSettings",
     "TaskData",
+    "add_optimizer_arguments",
     "budgeted_bert_optimizer",
     "check_initialization",
     "compile_budgeted",

@@ -28,7 +28,7 @@ from attnlayers import (
     TokenAndPositionEmbedding,
     TransformerDecoder,
 )
-from attnlayers.validation import is_number, one_of, positive_int, rate_in_unit_interval
+from attnlayers.validation import check_divisible, is_number, one_of, positive_int, rate_in_unit_interval
 
 from ..core.generation import Seq2SeqGenerator, check_token_ids
 from ..core.losses import MaskedCrossEntropy
@@ -390,8 +390,7 @@ class TransformerCaptioner(_CaptionerBase):
     def __init__(self, vocabulary_size, *, num_layers=2, d_model=128, num_heads=4, intermediate_dim=256,
                  dropout=0.1, max_length=24, **kwargs):
         super().__init__(vocabulary_size, dropout=dropout, **kwargs)
-        if d_model % num_heads:
-            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+        check_divisible(d_model, "d_model", num_heads, "num_heads")
         self.num_layers, self.d_model, self.num_heads = num_layers, d_model, num_heads
         self.intermediate_dim, self.max_length = intermediate_dim, max_length
         self.project = keras.layers.Dense(d_model, name="project")

@@ -8,6 +8,7 @@ its weights gives the same function (the same logits, up to float rounding).
 keras_hub is imported by the caller, not here: this module only reads the backbone's attributes and weights.
 """
 
+from ..core.weights import copy_weights_by_path, renamed
 from .model import GPT, GPTConfig
 
 # keras-hub's paths -> ours, relative to the backbone and to our embedding / decoder layers.
@@ -36,6 +37,13 @@ def from_keras_hub(backbone, **config):
     return copy_keras_hub_weights(backbone, GPT(GPTConfig(**{**sizes, **config})))
 
 
+def _rename(path):
+    path = renamed(path, _RENAMES)
+    if path.startswith("layer_norm/"):  # the final LayerNorm
+        path = "final_layer_norm/" + path.split("/", 1)[1]
+    return path
+
+
 def _relative(weight, layer_name):
     """The path of ``weight`` below the layer named ``layer_name`` (e.g. "token_embedding/embeddings")."""
     parts = weight.path.split("/")
@@ -58,24 +66,5 @@ def copy_keras_hub_weights(backbone, model):
     """
     targets = {_relative(w, model.embedding.name): w for w in model.embedding.weights}
     targets.update({_relative(w, model.decoder.name): w for w in model.decoder.weights})
-    missing, mismatched = [], []
-    for w in backbone.weights:
-        path = w.path
-        for old, new in _RENAMES:
-            path = path.replace(old, new)
-        if path.startswith("layer_norm/"):  # the final LayerNorm
-            path = "final_layer_norm/" + path.split("/", 1)[1]
-        target = targets.pop(path, None)
-        if target is None:
-            missing.append(w.path)
-        elif tuple(target.shape) != tuple(w.shape):
-            mismatched.append(f"{w.path} {tuple(w.shape)} -> {target.path} {tuple(target.shape)}")
-        else:
-            target.assign(w.value)
-    if missing or mismatched or targets:
-        raise ValueError(
-            "`backbone` and `model` must have the same architecture and sizes; "
-            f"keras-hub weights without a counterpart: {missing}; shapes that differ: {mismatched}; "
-            f"weights of `model` not copied: {sorted(t.path for t in targets.values())}."
-        )
+    copy_weights_by_path(backbone.weights, targets, _rename, source_name="backbone", target_name="model")
     return model

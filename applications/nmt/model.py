@@ -33,6 +33,8 @@ from attnlayers import (
     TransformerDecoder,
     TransformerEncoder,
 )
+from attnlayers.validation import check_divisible
+
 from ..core.generation import Seq2SeqGenerator, check_token_ids
 from ..core.losses import MaskedCrossEntropy
 from ..core.metrics import MaskedAccuracy
@@ -242,8 +244,7 @@ class TransformerTranslator(Translator):
                 "`shared_embeddings=True` needs one joint vocabulary; received source_vocabulary_size="
                 f"{source_vocabulary_size} != target_vocabulary_size={target_vocabulary_size}."
             )
-        if d_model % num_heads:
-            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+        check_divisible(d_model, "d_model", num_heads, "num_heads")
         self.source_vocabulary_size, self.target_vocabulary_size = source_vocabulary_size, target_vocabulary_size
         self.num_layers, self.d_model, self.num_heads = num_layers, d_model, num_heads
         self.intermediate_dim, self.dropout_rate, self.max_length = intermediate_dim, dropout, max_length

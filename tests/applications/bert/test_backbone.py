@@ -161,8 +161,12 @@ def test_copy_keras_hub_weights_names_mismatches():
         vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=16,
     )
     ours = BertBackbone(BertConfig(**{**vars(SMALL), "num_segments": 2}))  # 4 layers, d_ff 24
+    ours({"token_ids": np.zeros((1, 2), "int32"), "padding_mask": np.ones((1, 2), bool)})
+    before = [_np(w) for w in ours.weights]
     with pytest.raises(ValueError) as error:
         copy_keras_hub_weights(keras_hub_backbone, ours)
+    for old, weight in zip(before, ours.weights):  # nothing half-copied (the embeddings' shapes fit)
+        np.testing.assert_array_equal(_np(weight), old)
     message = str(error.value)
     assert "transformer_layer_0/feedforward_intermediate_dense/kernel (8, 16)" in message
     assert "encoder/transformerencoderblock_3/self_attention/query/kernel" in message  # not copied

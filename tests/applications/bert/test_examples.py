@@ -224,6 +224,16 @@ def test_text_corpus_format(tmp_path):
                                                  ["Third, one line."]]
 
 
+def test_evaluation_samples_are_drawn_across_the_split():
+    examples = [("text", 0)] * 50 + [("text", 1)] * 50  # grouped by label, as the splits are
+    drawn = recipes.sample(examples, 20, seed=3)
+    assert len(drawn) == 20 and {label for _, label in drawn} == {0, 1}
+    assert drawn == recipes.sample(examples, 20, seed=3) and recipes.sample(examples, None) is examples
+    assert recipes.sample(examples, 500) is examples
+    with pytest.raises(ValueError, match="test_examples"):
+        recipes.FinetuningSettings("pos", test_examples=0)
+
+
 def test_baselines_are_sensible():
     data = recipes.TaskData(*[fake_tweets()] * 3, labels=list(corpora.SENTIMENTS), head="classifier")
     scores = baselines.task_baseline("sentiment", data)
