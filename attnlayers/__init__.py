@@ -6,7 +6,7 @@ embeddings; Transformer blocks; and the mask algebra they share. All math is in 
 run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import decoding, distribution, masking, positional, scoring, validation, visualize
+from attnlayers import decoding, distribution, masking, normalization, positional, scoring, validation, visualize
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.decoding import BeamSearch, DecodeResult, GreedySearch, Sampling, generate
 from attnlayers.embedding import TokenAndPositionEmbedding
@@ -19,6 +19,7 @@ from attnlayers.hard import (
 )
 from attnlayers.local import LocalAttention
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
+from attnlayers.normalization import RMSNorm
 from attnlayers.positional import (
     ALiBi,
     PositionEmbedding,

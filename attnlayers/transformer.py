@@ -4,6 +4,10 @@ and stacks of them.
 Each block is ``sublayer -> dropout -> residual -> LayerNorm`` (post-LN, the paper's "Add & Norm",
 LayerNorm(x + Sublayer(x))) or, with ``normalize_first=True``, ``x + Sublayer(LayerNorm(x))`` (pre-LN, as in
 GPT-2 and most modern models). Names and call arguments follow keras-hub's TransformerEncoder/Decoder.
+
+A LLaMA-style block composes from the arguments: ``normalize_first=True, normalization="rms"`` (RMSNorm, Zhang &
+Sennrich 2019), ``activation="swiglu"`` (Shazeer 2020), ``use_bias=False``, and ``attention_kwargs`` with
+``num_key_value_heads`` (grouped-query attention) and ``rotary=RotaryEmbedding()``.
 """
 
 import collections
@@ -13,10 +17,26 @@ from keras import ops
 
 from attnlayers.masking import check_mask, keras_mask
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
-from attnlayers.validation import check_feature_size, check_rank, check_tensor, positive_int, rate_in_unit_interval
+from attnlayers.normalization import RMSNorm
+from attnlayers.validation import (
+    check_feature_size,
+    check_rank,
+    check_tensor,
+    one_of,
+    positive_int,
+    rate_in_unit_interval,
+)
 
 _GATED = {"swiglu": "silu", "geglu": "gelu"}
+_NORMALIZATIONS = ("layer", "rms")
 _SEQUENCE = "(batch, length, d_model)"
+
+
+def _normalization_layer(normalization, epsilon, name, dtype):
+    """LayerNorm (Ba et al. 2016) for "layer", RMSNorm (Zhang & Sennrich 2019) for "rms"."""
+    if normalization == "rms":
+        return RMSNorm(epsilon=epsilon, name=name, dtype=dtype)
+    return keras.layers.LayerNormalization(epsilon=epsilon, name=name, dtype=dtype)
 
 
 def _check_sequence(x, name, model_dim=None):
@@ -32,8 +52,9 @@ class FeedForward(keras.layers.Layer):
     """Position-wise feed-forward network.
 
     ``FFN(x) = act(x W_1 + b_1) W_2 + b_2`` (Vaswani et al. eq. 2, with ReLU; GELU in BERT / GPT), or the gated
-    variant ``FFN(x) = (act(x W_1) * (x V)) W_2`` (Shazeer 2020) with ``activation="swiglu"`` (act = SiLU,
-    as in LLaMA) or ``"geglu"`` (act = GELU).
+    variant ``FFN(x) = (act(x W_1) * (x V)) W_2`` (Shazeer 2020, eq. 5-6) with ``activation="swiglu"``
+    (act = Swish_1 = SiLU, as in LLaMA: W_1 = ``intermediate_dense`` (gate_proj), V = ``gate_dense`` (up_proj),
+    W_2 = ``output_dense`` (down_proj)) or ``"geglu"`` (act = GELU).
 
     Args:
         intermediate_dim: d_ff.
@@ -100,9 +121,9 @@ class FeedForward(keras.layers.Layer):
     def call(self, inputs, training=None):
         check_tensor(inputs, "inputs", "(..., d_model)")
         check_feature_size(inputs.shape, self._input_dim, "inputs")
-        hidden = self._activation(self.intermediate_dense(inputs))
+        hidden = self._activation(self.intermediate_dense(inputs))  # act(x W_1 + b_1)
         if self.gated:
-            hidden = hidden * self.gate_dense(inputs)
+            hidden = hidden * self.gate_dense(inputs)  # SwiGLU: Swish(x W_1) * (x V) (Shazeer 2020, eq. 6)
         return self.output_dense(self.dropout_layer(hidden, training=training))
 
     def compute_output_shape(self, inputs_shape):
@@ -136,6 +157,8 @@ class _Block(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         attention_kwargs=None,
+        normalization="layer",
+        use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -149,6 +172,8 @@ class _Block(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.attention_kwargs = dict(attention_kwargs or {})
+        self.normalization = one_of(normalization, "normalization", _NORMALIZATIONS)
+        self.use_bias = bool(use_bias)
         self.supports_masking = True
 
     def _key_dim(self, model_dim):
@@ -162,24 +187,26 @@ class _Block(keras.layers.Layer):
         return model_dim // self.num_heads
 
     def _attention(self, name, model_dim, query_shape, value_shape):
+        kwargs = {"use_bias": self.use_bias, **self.attention_kwargs}  # attention_kwargs may override use_bias
         layer = MultiHeadAttention(
             num_heads=self.num_heads, key_dim=self._key_dim(model_dim), dropout=self.dropout,
-            kernel_initializer=self.kernel_initializer, bias_initializer=self.bias_initializer,
-            name=name, dtype=self.dtype_policy, **self.attention_kwargs,
+            kernel_initializer=self.kernel_initializer, bias_initializer=self.bias_initializer, name=name,
+            dtype=self.dtype_policy, **kwargs,
         )
         layer.build(query_shape, value_shape)
         return layer
 
     def _norm(self, name, shape):
-        layer = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy)
+        layer = _normalization_layer(self.normalization, self.layer_norm_epsilon, name, self.dtype_policy)
         layer.build(shape)
         return layer
 
     def _feedforward(self, shape):
         self.feedforward_layer_norm = self._norm("feedforward_layer_norm", shape)
         self.feedforward = FeedForward(
-            self.intermediate_dim, activation=self.activation, kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer, name="feedforward", dtype=self.dtype_policy,
+            self.intermediate_dim, activation=self.activation, use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer, bias_initializer=self.bias_initializer, name="feedforward",
+            dtype=self.dtype_policy,
         )
         self.feedforward.build(shape)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
@@ -215,6 +242,8 @@ class _Block(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "attention_kwargs": keras.saving.serialize_keras_object(self.attention_kwargs) if self.attention_kwargs else None,
+            "normalization": self.normalization,
+            "use_bias": self.use_bias,
         }
 
     @classmethod
@@ -312,12 +341,15 @@ class TransformerEncoderBlock(_Block):
         intermediate_dim: d_ff of the feed-forward sublayer.
         dropout: dropout on each sublayer's output and on the attention weights.
         activation: feed-forward activation ("relu" as in the paper, "gelu", "swiglu", ...).
-        layer_norm_epsilon: LayerNorm epsilon.
+        layer_norm_epsilon: the norm's epsilon (LayerNorm or RMSNorm).
         normalize_first: pre-LN instead of the paper's post-LN.
         key_dim: per-head size; defaults to d_model / num_heads.
         kernel_initializer, bias_initializer: of every dense projection.
         attention_kwargs: extra ``MultiHeadAttention`` arguments (``score``, ``num_key_value_heads``,
             ``rotary``, ``position_bias``, ``sliding_window``): behaviours compose in through the attention.
+        normalization: "layer" (LayerNorm, the default) or "rms" (:class:`~attnlayers.normalization.RMSNorm`, as
+            in LLaMA), for every norm of the block (and the final norm of a pre-LN stack).
+        use_bias: biases in the attention and feed-forward projections (False in LLaMA); the norms keep theirs.
 
     Call arguments:
         inputs: (B, T, d_model).
@@ -528,8 +560,9 @@ class _Stack(_TracedOutputSpec, keras.layers.Layer):
         self.blocks = _stack_layers(self.block_class, num_layers, self.block_kwargs, self.dtype_policy)
         self.final_layer_norm = None
         if block_kwargs.get("normalize_first"):
-            self.final_layer_norm = keras.layers.LayerNormalization(
-                epsilon=block_kwargs.get("layer_norm_epsilon", 1e-5), name="final_layer_norm", dtype=self.dtype_policy
+            self.final_layer_norm = _normalization_layer(
+                self.blocks[0].normalization, block_kwargs.get("layer_norm_epsilon", 1e-5), "final_layer_norm",
+                self.dtype_policy,
             )
         self.supports_masking = True
 

@@ -33,6 +33,7 @@ import numpy as np
 from keras import ops
 
 from ..core.files import replace_atomically
+from ..core.hf_config import hf_config_fields
 from ..core.safetensors import read_safetensors, write_safetensors
 from ..core.weights import copy_weights_by_path, renamed
 from .backbone import BertBackbone
@@ -141,19 +142,11 @@ def config_from_hf(hf_config, source="config.json"):
         ValueError: naming ``source`` and the key, for a missing size, an activation other than "gelu" (the erf
             GELU of ``BertModel``), a position embedding other than "absolute", or a model_type other than "bert".
     """
-    missing = [key for key in _REQUIRED if key not in hf_config]
-    if missing:
-        raise ValueError(f"{source}: missing {missing}; a BERT config.json names {list(_REQUIRED)}.")
     checks = (("hidden_act", "gelu", "the erf GELU of BertModel (BertBackbone's activation)"),
               ("position_embedding_type", "absolute", "BertBackbone's learned absolute positions"),
               ("model_type", "bert", "a BertModel checkpoint"))
-    for key, expected, what in checks:
-        if hf_config.get(key, expected) != expected:
-            raise ValueError(f"{source}: `{key}` must be {expected!r} ({what}); received {hf_config[key]!r}.")
-    fields = {ours: hf_config[key] for key, ours in _REQUIRED.items()}
-    for key, (ours, default) in _OPTIONAL.items():
-        value = hf_config.get(key)
-        fields[ours] = default if value is None else value
+    fields = hf_config_fields(hf_config, source, required=_REQUIRED, optional=_OPTIONAL, fixed=checks,
+                              model="a BERT")
     try:
         return BertConfig(**fields)
     except ValueError as error:

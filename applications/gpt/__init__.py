@@ -8,10 +8,33 @@
 
 Modules: `model` (GPTConfig, GPT: call, initial_cache / next / generation_inputs / generate, a core
 GenerativeModel, so `attnlayers.applications.core.export.export_generator` exports it as a SavedModel),
-`keras_hub_weights` (a GPT from a keras-hub GPT2Backbone: same sizes, same weights).
+`keras_hub_weights` (a GPT from a keras-hub GPT2Backbone: same sizes, same weights), `checkpoint`
+(load_hf_checkpoint / save_hf_checkpoint: Hugging Face GPT-2 directories, config.json + model.safetensors),
+`llama_checkpoint` (the same for the LLaMA-style GPT and LlamaForCausalLM files), `tokenizer` (GPT2Tokenizer,
+GPT-2's byte-level BPE, and train_byte_level_bpe; TensorFlow, imported on first use).
+GPTConfig.preset("small" | "medium" | "large" | "xl") gives GPT-2's sizes (GPT_PRESETS, plus a "tiny" test size);
+config.parameter_count() their closed-form parameter count.
 """
 
+from .checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from .keras_hub_weights import copy_keras_hub_weights, from_keras_hub
-from .model import GPT, GPTConfig, gelu_approximate
+from .llama_checkpoint import load_hf_llama_checkpoint, save_hf_llama_checkpoint
+from .model import GPT, GPT_PRESETS, GPTConfig, gelu_approximate
 
-__all__ = ["GPT", "GPTConfig", "copy_keras_hub_weights", "from_keras_hub", "gelu_approximate"]
+# `tokenizer` (GPT2Tokenizer: GPT-2's byte-level BPE in TensorFlow ops; train_byte_level_bpe) needs TensorFlow:
+# imported on first use, so the model imports without TensorFlow (the JAX backend on GPUs).
+_TOKENIZER_NAMES = ("END_OF_TEXT", "GPT2Tokenizer", "pretokenize", "train_byte_level_bpe")
+
+__all__ = [
+    "GPT", "GPT_PRESETS", "GPTConfig", "copy_keras_hub_weights", "from_keras_hub", "gelu_approximate",
+    "load_hf_checkpoint", "save_hf_checkpoint", "load_hf_llama_checkpoint", "save_hf_llama_checkpoint",
+    *_TOKENIZER_NAMES,
+]
+
+
+def __getattr__(name):
+    if name in _TOKENIZER_NAMES:
+        from . import tokenizer
+
+        return getattr(tokenizer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,11 +9,24 @@
       -> logits = h E^T (the output projection is the token embedding, tied)           lm_head
     logits (B, T, V)
 
+``GPTConfig(architecture="llama")`` builds a LLaMA-style decoder (Touvron et al. 2023) from the same blocks:
+
+    token ids (B, T)
+      -> Embedding: E[token], no position table                                        embed_tokens
+      -> TransformerDecoder(normalize_first=True, normalization="rms"): N pre-norm blocks      layers[0..N-1]
+           x = x + Attention(RMSNorm(x)): causal, RoPE on queries and keys (Su et al. 2021), grouped-query
+               attention with num_key_value_heads K/V heads (Ainslie et al. 2023), no biases
+           x = x + SwiGLU(RMSNorm(x)) = (Swish(x W_1) * (x V)) W_2 (Shazeer 2020), no biases
+         then the final RMSNorm (Zhang & Sennrich 2019)                                 norm
+      -> logits = h W_out (untied, lm_head), or h E^T with tie_embeddings=True
+    logits (B, T, V)
+
 The generation contract shared by the applications (``GPT`` is a
 :class:`~attnlayers.applications.core.generation.GenerativeModel`; its ``generate`` is core's):
 
 - ``initial_cache(token_ids, padding_mask, max_length)``: prefill, one forward pass over the prompt -> the key /
-  value cache (B, num_layers, 2, max_length, num_heads, head_dim).
+  value cache (B, num_layers, 2, max_length, num_key_value_heads, head_dim) (num_key_value_heads = num_heads in
+  GPT-2).
 - ``next(tokens, cache, index) -> (logits (B, V), cache)``: one cached step for
   :func:`attnlayers.decoding.generate` (the newest known token is ``tokens[:, index - 1]``).
 - ``generation_inputs(token_ids, padding_mask, max_length)`` -> the prompt, its mask and the prefilled cache:
@@ -21,9 +34,13 @@ The generation contract shared by the applications (``GPT`` is a
 - ``generate(token_ids, max_length, strategy, seed, ...)`` -> :class:`attnlayers.decoding.DecodeResult`.
 - special token ids as attributes: ``end_token_id``, ``pad_token_id`` (from the config; no start token).
 
+Sizes: ``GPTConfig.preset(name)`` for the GPT-2 sizes of :data:`GPT_PRESETS` (tiny, small, medium, large, xl);
+``config.parameter_count()`` is their closed-form parameter count (GPT-2 small: 124,439,808). A LLaMA-style size:
+``GPTConfig.preset("tiny", architecture="llama", num_key_value_heads=1, tie_embeddings=False)`` or any
+``GPTConfig(architecture="llama", ...)``.
+
 Example:
->>> model = GPT(GPTConfig(vocabulary_size=50257, max_sequence_length=1024, num_layers=12, num_heads=12,
-...                       hidden_dim=768, intermediate_dim=3072, dropout=0.1))      # GPT-2 small
+>>> model = GPT(GPTConfig.preset("small"))                                           # GPT-2 small, 124M
 >>> logits = model(token_ids, padding_mask=token_ids != model.pad_token_id)         # (B, T, 50257)
 >>> model.generate(prompt_ids, max_length=64, strategy=Sampling(top_p=0.9), seed=1).tokens   # (B, 64)
 """
@@ -34,8 +51,18 @@ import keras
 from keras import ops
 
 from attnlayers.embedding import TokenAndPositionEmbedding
+from attnlayers.positional import RotaryEmbedding
 from attnlayers.transformer import TransformerDecoder
-from attnlayers.validation import check_rank, format_shape, is_int, positive_int, rate_in_unit_interval
+from attnlayers.validation import (
+    check_divisible,
+    check_rank,
+    format_shape,
+    is_int,
+    one_of,
+    positive_int,
+    positive_number,
+    rate_in_unit_interval,
+)
 
 from ..core.generation import GenerativeModel
 
@@ -46,19 +73,45 @@ def gelu_approximate(x):
     return keras.activations.gelu(x, approximate=True)
 
 
+# (num_layers, hidden_dim, num_heads) of the GPT-2 sizes: layers and d_model from Radford et al. 2019, table 2, heads
+# (d_model / 64) from the released models (Hugging Face's gpt2, gpt2-medium, gpt2-large, gpt2-xl); all with
+# V = 50,257, 1,024 positions and d_ff = 4 d. "tiny" is a small size for tests and examples.
+GPT_PRESETS = {
+    "tiny": (2, 128, 2),
+    "small": (12, 768, 12),
+    "medium": (24, 1024, 16),
+    "large": (36, 1280, 20),
+    "xl": (48, 1600, 25),
+}
+
+
 @dataclasses.dataclass
 class GPTConfig:
-    """The sizes of a :class:`GPT` (keras-hub's ``GPT2Backbone`` argument names). The default is tiny.
+    """The sizes of a :class:`GPT` (keras-hub's ``GPT2Backbone`` argument names; Hugging Face's ``GPT2Config``
+    names in brackets). The default is tiny; :meth:`preset` gives GPT-2's sizes.
 
     Attributes:
-        vocabulary_size: V.
-        max_sequence_length: the longest sequence, prompt and generated tokens together (learned positions).
-        num_layers, num_heads, hidden_dim (d_model), intermediate_dim (the MLP's hidden size, 4 d_model in
-            GPT-2).
-        dropout: on the embeddings, the attention weights and each residual branch.
-        layer_norm_epsilon: LayerNorm epsilon.
-        end_token_id: the end-of-text token (generation stops there). None: V - 1, GPT-2's <|endoftext|>.
-        pad_token_id: written after the end of generated sequences. None: ``end_token_id``, as GPT-2 does.
+        vocabulary_size: V [vocab_size].
+        max_sequence_length: the longest sequence, prompt and generated tokens together (learned positions)
+            [n_positions].
+        num_layers [n_layer], num_heads [n_head], hidden_dim: d_model [n_embd], intermediate_dim: the MLP's hidden
+            size, 4 d_model in GPT-2 [n_inner, None meaning 4 n_embd].
+        dropout: on the embeddings, the attention weights and each residual branch [embd_pdrop, attn_pdrop,
+            resid_pdrop].
+        layer_norm_epsilon: LayerNorm epsilon [layer_norm_epsilon].
+        end_token_id: the end-of-text token (generation stops there). None: V - 1, GPT-2's <|endoftext|>
+            [eos_token_id].
+        pad_token_id: written after the end of generated sequences. None: ``end_token_id``, as GPT-2 does
+            [pad_token_id].
+        architecture: "gpt2" (the default: learned positions, LayerNorm, GELU MLP, biases) or "llama" (RoPE,
+            RMSNorm, SwiGLU feed-forward, grouped-query attention, no biases; Hugging Face's ``LlamaConfig``
+            names: intermediate_dim [intermediate_size], layer_norm_epsilon [rms_norm_eps], max_sequence_length
+            [max_position_embeddings]: the longest sequence and cache, no position table).
+        num_key_value_heads: "llama": N_kv key / value heads, dividing num_heads (1 = multi-query attention);
+            None: num_heads [num_key_value_heads]. "gpt2" has one K/V head per query head.
+        rope_theta: "llama": the RoPE frequency base (10,000 in LLaMA 1 and 2) [rope_theta].
+        tie_embeddings: the output projection is the token embedding (GPT-2 always; "llama" either)
+            [tie_word_embeddings].
     """
 
     vocabulary_size: int = 256
@@ -71,17 +124,19 @@ class GPTConfig:
     layer_norm_epsilon: float = 1e-5
     end_token_id: int | None = None
     pad_token_id: int | None = None
+    architecture: str = "gpt2"
+    num_key_value_heads: int | None = None
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = True
 
     def __post_init__(self):
         for name in ("vocabulary_size", "max_sequence_length", "num_layers", "num_heads", "hidden_dim",
                      "intermediate_dim"):
             positive_int(getattr(self, name), name)
-        if self.hidden_dim % self.num_heads:
-            raise ValueError(
-                f"`hidden_dim` must be divisible by `num_heads`; received hidden_dim={self.hidden_dim}, "
-                f"num_heads={self.num_heads}."
-            )
+        check_divisible(self.hidden_dim, "hidden_dim", self.num_heads, "num_heads")
         self.dropout = rate_in_unit_interval(self.dropout, "dropout")
+        if not (isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0):
+            raise ValueError(f"`layer_norm_epsilon` must be a positive number; received {self.layer_norm_epsilon!r}.")
         if self.end_token_id is None:
             self.end_token_id = self.vocabulary_size - 1
         if self.pad_token_id is None:
@@ -93,14 +148,94 @@ class GPTConfig:
                     f"`{name}` must be a token id in [0, vocabulary_size={self.vocabulary_size}); received "
                     f"{name}={value!r}."
                 )
+        self._check_architecture()
+
+    def _check_architecture(self):
+        one_of(self.architecture, "architecture", ("gpt2", "llama"))
+        positive_int(self.num_key_value_heads, "num_key_value_heads", allow_none=True)
+        self.rope_theta = positive_number(self.rope_theta, "rope_theta")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ValueError(f"`tie_embeddings` must be True or False; received {self.tie_embeddings!r}.")
+        if self.architecture == "gpt2":
+            if self.num_key_value_heads not in (None, self.num_heads):
+                raise ValueError(
+                    f"`num_key_value_heads` (grouped-query attention) needs architecture='llama'; GPT-2 has "
+                    f"num_key_value_heads = num_heads = {self.num_heads}; received "
+                    f"num_key_value_heads={self.num_key_value_heads}."
+                )
+            if not self.tie_embeddings:
+                raise ValueError("`tie_embeddings=False` needs architecture='llama': GPT-2 ties its output projection "
+                                 "to the token embedding.")
+            return
+        if self.num_key_value_heads is not None:
+            check_divisible(self.num_heads, "num_heads", self.num_key_value_heads, "num_key_value_heads")
+        if self.head_dim % 2:
+            raise ValueError(
+                f"RoPE rotates feature pairs: architecture='llama' needs an even head size hidden_dim / num_heads; "
+                f"received hidden_dim={self.hidden_dim}, num_heads={self.num_heads} (head size {self.head_dim})."
+            )
+
+    @property
+    def head_dim(self):
+        """H = hidden_dim / num_heads."""
+        return self.hidden_dim // self.num_heads
+
+    @property
+    def key_value_heads(self):
+        """N_kv, the key / value heads of each attention (num_heads unless grouped-query attention)."""
+        return self.num_key_value_heads or self.num_heads
+
+    @classmethod
+    def preset(cls, name, **overrides):
+        """The GPT-2 size ``name`` of :data:`GPT_PRESETS` (tiny, small, medium, large, xl) with GPT-2's
+        vocabulary (50,257), 1,024 positions, d_ff = 4 d, dropout 0.1 and LayerNorm epsilon 1e-5, unless
+        ``overrides`` (other GPTConfig fields) say otherwise."""
+        if name not in GPT_PRESETS:
+            raise ValueError(f"Unknown GPT preset {name!r}; expected one of {list(GPT_PRESETS)}.")
+        layers, hidden, heads = GPT_PRESETS[name]
+        sizes = {"vocabulary_size": 50257, "max_sequence_length": 1024, "num_layers": layers, "num_heads": heads,
+                 "hidden_dim": hidden, "intermediate_dim": 4 * hidden, "dropout": 0.1, "layer_norm_epsilon": 1e-5}
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"Unknown GPTConfig fields {unknown} in the overrides of preset {name!r}.")
+        return cls(**{**sizes, **overrides})
+
+    def parameter_count(self):
+        """The number of weights of a :class:`GPT` of these sizes, in closed form.
+
+        GPT-2 (the output projection is the token embedding, tied: it adds nothing):
+        embeddings: (V + P) d (wte, wpe);
+        each block: 2 d (ln_1) + 3 (d^2 + d) (c_attn: Q, K, V) + d^2 + d (c_proj) + 2 d (ln_2)
+                    + d d_ff + d_ff (c_fc) + d_ff d + d (mlp.c_proj)  = 4 d^2 + 2 d d_ff + d_ff + 9 d;
+        final LayerNorm: 2 d (ln_f).
+        GPT-2 small / medium / large / xl: 124,439,808 / 354,823,168 / 774,030,080 / 1,557,611,200, Hugging Face's
+        ``GPT2LMHeadModel(...).num_parameters()`` (the paper's table 2 says 117M / 345M / 762M / 1542M).
+
+        LLaMA (no biases, no position table; d_kv = N_kv H):
+        embeddings: V d (embed_tokens), + V d for an untied lm_head;
+        each block: d (input_layernorm) + d^2 (q_proj) + 2 d d_kv (k_proj, v_proj) + d^2 (o_proj)
+                    + d (post_attention_layernorm) + 3 d d_ff (gate_proj, up_proj, down_proj)
+                    = 2 d^2 + 2 d d_kv + 3 d d_ff + 2 d;
+        final RMSNorm: d (norm).
+        """
+        d, f = self.hidden_dim, self.intermediate_dim
+        if self.architecture == "llama":
+            d_kv = self.key_value_heads * self.head_dim
+            block = 2 * d * d + 2 * d * d_kv + 3 * d * f + 2 * d
+            embeddings = self.vocabulary_size * d * (1 if self.tie_embeddings else 2)
+            return embeddings + self.num_layers * block + d
+        block = 4 * d * d + 2 * d * f + f + 9 * d
+        return (self.vocabulary_size + self.max_sequence_length) * d + self.num_layers * block + 2 * d
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.gpt")
 class GPT(GenerativeModel):
-    """A GPT-2-style decoder-only Transformer language model.
+    """A GPT-2-style decoder-only Transformer language model, or a LLaMA-style one with
+    ``GPTConfig(architecture="llama")`` (see the module docstring).
 
     Args:
-        config: a :class:`GPTConfig`, a dict of its fields, or None (the tiny default).
+        config: a :class:`GPTConfig`, a dict of its fields, a preset name of :data:`GPT_PRESETS` ("small"...), or
+            None (the tiny default of GPTConfig()).
 
     Call arguments:
         token_ids: int (B, T), T <= ``max_sequence_length``.
@@ -119,32 +254,80 @@ class GPT(GenerativeModel):
     def __init__(self, config=None, **kwargs):
         if config is None:
             config = GPTConfig()
+        elif isinstance(config, str) and config in GPT_PRESETS:
+            config = GPTConfig.preset(config)
         elif isinstance(config, dict):
             config = GPTConfig(**config)
         elif not isinstance(config, GPTConfig):
-            raise ValueError(f"`config` must be a GPTConfig, a dict or None; received config={config!r}.")
+            raise ValueError(
+                f"`config` must be a GPTConfig, a dict, a preset name of {list(GPT_PRESETS)} or None; received "
+                f"config={config!r}."
+            )
         super().__init__(pad_token_id=config.pad_token_id, end_token_id=config.end_token_id, **kwargs)
         self.config = c = config
-        init = keras.initializers.RandomNormal(stddev=0.02)  # GPT-2's initialisation
+        init = keras.initializers.RandomNormal(stddev=0.02)  # GPT-2's (and LLaMA's) initialisation
+        if c.architecture == "llama":
+            self._build_llama(c, init)
+        else:
+            self._build_gpt2(c, init)
+        self.decoder.build((None, c.max_sequence_length, c.hidden_dim))
+        self.built = True
+
+    def _build_gpt2(self, c, init):
+        """Learned positions, pre-LN blocks with biases and GELU, tied output."""
         self.embedding = TokenAndPositionEmbedding(
             c.vocabulary_size, c.max_sequence_length, c.hidden_dim, embeddings_initializer=init,
             name="embedding", dtype=self.dtype_policy,
         )
+        self.embedding.build((None, c.max_sequence_length))
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=self.dtype_policy)
         self.decoder = TransformerDecoder(
             c.num_layers, c.num_heads, c.intermediate_dim, dropout=c.dropout, activation=gelu_approximate,
             layer_norm_epsilon=c.layer_norm_epsilon, normalize_first=True, kernel_initializer=init,
             name="decoder", dtype=self.dtype_policy,
         )
-        self.embedding.build((None, c.max_sequence_length))
-        self.decoder.build((None, c.max_sequence_length, c.hidden_dim))
-        self.built = True
+
+    def _build_llama(self, c, init):
+        """Token embedding only (RoPE in the attention), pre-RMSNorm blocks with SwiGLU, GQA and no biases."""
+        self.token_embedding = keras.layers.Embedding(
+            c.vocabulary_size, c.hidden_dim, embeddings_initializer=init, name="token_embedding",
+            dtype=self.dtype_policy,
+        )
+        self.token_embedding.build((None, None))
+        self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=self.dtype_policy)
+        attention = {"num_key_value_heads": c.num_key_value_heads, "rotary": RotaryEmbedding(c.rope_theta)}
+        self.decoder = TransformerDecoder(
+            c.num_layers, c.num_heads, c.intermediate_dim, dropout=c.dropout, activation="swiglu",
+            layer_norm_epsilon=c.layer_norm_epsilon, normalize_first=True, normalization="rms", use_bias=False,
+            kernel_initializer=init, attention_kwargs=attention, name="decoder", dtype=self.dtype_policy,
+        )
+        self.lm_head = None
+        if not c.tie_embeddings:
+            self.lm_head = keras.layers.Dense(
+                c.vocabulary_size, use_bias=False, kernel_initializer=init, name="lm_head", dtype=self.dtype_policy
+            )
+            self.lm_head.build((None, None, c.hidden_dim))
+
+    def _embed(self, token_ids, start_index=0):
+        """(B, T) token ids at positions start_index.. -> (B, T, d): E[token] + P[position] (GPT-2) or E[token]
+        (LLaMA: the positions enter the attention through RoPE)."""
+        if self.config.architecture == "llama":
+            return self.token_embedding(token_ids)
+        return self.embedding(token_ids, start_index=start_index)
+
+    def _logits(self, hidden):
+        """(B, T, d) final hidden states -> (B, T, V) logits: h E^T (tied) or h W_out (LLaMA's lm_head)."""
+        if self.config.architecture == "gpt2":
+            return self.embedding(hidden, reverse=True)
+        if self.lm_head is not None:
+            return self.lm_head(hidden)
+        return ops.matmul(hidden, ops.transpose(ops.cast(self.token_embedding.embeddings, hidden.dtype)))
 
     def call(self, token_ids, padding_mask=None, training=None):
         self._check_inputs(token_ids, padding_mask)
-        x = self.embedding_dropout(self.embedding(token_ids), training=training)
-        x = self.decoder(x, decoder_padding_mask=padding_mask, training=training)  # blocks + final LayerNorm
-        return self.embedding(x, reverse=True)  # logits = h E^T
+        x = self.embedding_dropout(self._embed(token_ids), training=training)
+        x = self.decoder(x, decoder_padding_mask=padding_mask, training=training)  # blocks + final norm
+        return self._logits(x)  # logits = h E^T (or h W_out)
 
     # ---- generation -------------------------------------------------------------------------------------
 
@@ -156,14 +339,14 @@ class GPT(GenerativeModel):
             max_length: L >= P, the cache length (prompt and generated tokens). Default ``max_sequence_length``.
 
         Returns:
-            The cache (B, num_layers, 2, L, num_heads, head_dim), filled at positions [0, P).
+            The cache (B, num_layers, 2, L, num_key_value_heads, head_dim), filled at positions [0, P).
         """
         token_ids, padding_mask = self._check_inputs(token_ids, padding_mask, convert=True)
         max_length = self._check_max_length(max_length, token_ids.shape[1])
         c = self.config
-        shape = (ops.shape(token_ids)[0], c.num_layers, 2, max_length, c.num_heads, c.hidden_dim // c.num_heads)
+        shape = (ops.shape(token_ids)[0], c.num_layers, 2, max_length, c.key_value_heads, c.head_dim)
         out = self.decoder(
-            self.embedding(token_ids), decoder_padding_mask=padding_mask,
+            self._embed(token_ids), decoder_padding_mask=padding_mask,
             self_attention_cache=ops.zeros(shape, self.compute_dtype), self_attention_cache_update_index=0,
         )
         return out["self_attention_cache"]
@@ -173,9 +356,9 @@ class GPT(GenerativeModel):
         position to predict -> (logits (B, V) of position ``index``, the cache with entry ``index - 1``
         written)."""
         token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1): the newest known token
-        x = self.embedding(token, start_index=index - 1)
+        x = self._embed(token, start_index=index - 1)
         out = self.decoder(x, self_attention_cache=cache, self_attention_cache_update_index=index - 1)
-        return self.embedding(out["sequence_output"], reverse=True)[:, 0], out["self_attention_cache"]
+        return self._logits(out["sequence_output"])[:, 0], out["self_attention_cache"]
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
         """The decoding's inputs for prompts ``inputs`` (B, P) (right-padded, ``padding_mask`` True at real
