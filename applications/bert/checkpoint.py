@@ -32,7 +32,7 @@ import os
 import numpy as np
 from keras import ops
 
-from ..core.files import replace_atomically
+from ..core.files import read_json, replace_atomically
 from ..core.hf_config import hf_config_fields
 from ..core.safetensors import read_safetensors, write_safetensors
 from ..core.weights import copy_weights_by_path, renamed
@@ -179,14 +179,6 @@ def _normalized(name):
     return name
 
 
-def _read_json(path, what):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path!r} ({what}) is not valid JSON: {error}.") from None
-
-
 def load_hf_checkpoint(directory):
     """A :class:`BertBackbone` with the sizes and weights of a Hugging Face BERT checkpoint directory.
 
@@ -214,7 +206,7 @@ def load_hf_checkpoint(directory):
                 f"`directory` {directory!r} has no {os.path.basename(path)} ({what}){hint}; expected a Hugging Face "
                 f"BERT checkpoint: {CONFIG_FILE} + {WEIGHTS_FILE}."
             )
-    hf_config = _read_json(config_path, "the model's sizes")
+    hf_config = read_json(config_path, "the model's sizes")
     config = config_from_hf(hf_config, source=config_path)
     tensors, _ = read_safetensors(weights_path)
 
@@ -261,7 +253,7 @@ def load_hf_checkpoint(directory):
 
     vocabulary = os.path.join(directory, VOCABULARY_FILE)
     tokenizer_config_path = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-    tokenizer_config = (_read_json(tokenizer_config_path, "the tokenizer's options")
+    tokenizer_config = (read_json(tokenizer_config_path, "the tokenizer's options")
                         if os.path.isfile(tokenizer_config_path) else {})
     info = {
         "config": config, "hf_config": hf_config,

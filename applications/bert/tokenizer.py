@@ -42,6 +42,8 @@ import tensorflow as tf
 
 from attnlayers.validation import is_int
 
+from ..core.token_lookup import TokenLookup
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _TOKEN_ATTRIBUTES = dict(zip(SPECIAL_TOKENS, ("pad", "unk", "cls", "sep", "mask"), strict=True))
 SUFFIX_INDICATOR = "##"  # a piece that starts with it continues the previous piece's word
@@ -125,7 +127,7 @@ def read_tokenizer_options(directory) -> dict:
     }
 
 
-class BertTokenizer(tf.Module):
+class BertTokenizer(TokenLookup):
     """BERT's WordPiece tokenizer: text to token ids with TensorFlow ops (tf.data maps, SavedModels).
 
     Text is split on whitespace and punctuation (each punctuation mark a token, CJK characters one token each),
@@ -157,9 +159,9 @@ class BertTokenizer(tf.Module):
         self.lowercase = bool(lowercase)
         self.strip_accents = self.lowercase if strip_accents is None else bool(strip_accents)
         self.split_on_cjk = bool(split_on_cjk)
-        self._token_to_id = {token: i for i, token in enumerate(self._vocabulary)}
+        self._token_ids = {token: i for i, token in enumerate(self._vocabulary)}
         for token, attribute in _TOKEN_ATTRIBUTES.items():
-            setattr(self, f"{attribute}_token_id", self._token_to_id[token])
+            setattr(self, f"{attribute}_token_id", self._token_ids[token])
         self.wordpiece = keras_hub.tokenizers.WordPieceTokenizer(
             vocabulary=self._vocabulary,
             lowercase=self.lowercase,
@@ -184,9 +186,6 @@ class BertTokenizer(tf.Module):
     def special_token_ids(self) -> tuple:
         return (self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
 
-    @property
-    def vocabulary_size(self) -> int:
-        return len(self._vocabulary)
 
     def get_vocabulary(self) -> list:
         """The tokens in id order."""
@@ -196,33 +195,6 @@ class BertTokenizer(tf.Module):
         """Writes vocab.txt: one token a line, in id order (readable by this class and by Hugging Face)."""
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(token + "\n" for token in self._vocabulary)
-
-    def token_to_id(self, token: str) -> int:
-        if token not in self._token_to_id:
-            raise ValueError(f"`token` {token!r} is not in the vocabulary of {self.vocabulary_size} tokens.")
-        return self._token_to_id[token]
-
-    def id_to_token(self, ids):
-        """Ids to their tokens: a tf.string tensor of the same shape (ragged stays ragged)."""
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(self.id_to_token, ids)
-        return tf.gather(self._tokens, tf.cast(ids, tf.int32))
-
-    def tokenize(self, text):
-        """Strings to token ids, without special tokens.
-
-        Args:
-            text: a string, or a 1-D batch of strings (Python, NumPy or tf.string tensor).
-
-        Returns:
-            int32 ids: a 1-D tensor for a string; a `tf.RaggedTensor` (B, None) for a batch.
-        """
-        text = tf.convert_to_tensor(text, tf.string)
-        if text.shape.rank == 0:
-            return self._tokenize_batch(text[tf.newaxis])[0]
-        if text.shape.rank != 1:
-            raise ValueError(f"`text` must be a string or a 1-D batch of strings; received shape {text.shape}.")
-        return self._tokenize_batch(text)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def _tokenize_batch(self, text):
@@ -241,14 +213,7 @@ class BertTokenizer(tf.Module):
         Returns:
             a tf.string scalar for (T,), a (B,) tf.string tensor for (B, T).
         """
-        ragged = ids if isinstance(ids, tf.RaggedTensor) else tf.convert_to_tensor(ids)
-        single = ragged.shape.rank == 1
-        if single:
-            ragged = ragged[tf.newaxis]
-        if not isinstance(ragged, tf.RaggedTensor):
-            ragged = tf.RaggedTensor.from_tensor(ragged)
-        text = self._detokenize_batch(tf.cast(ragged, tf.int32).with_row_splits_dtype(tf.int64))
-        return text[0] if single else text
+        return super().detokenize(ids)
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)])
     def _detokenize_batch(self, ids):

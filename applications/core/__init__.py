@@ -15,8 +15,10 @@ Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metri
 ``callbacks`` (BudgetedLearningRate among them), ``runtime``, ``bleu``, ``recipe`` (backend-agnostic or
 TensorFlow imported on use), ``files`` (``read_lines`` for the readers), ``cli`` (``UsageError``,
 ``run_script`` for the example scripts), and ``export`` (``export_generator``; imports TensorFlow, so it is not
-imported here). Nothing here knows a
-vocabulary or a tokenizer: special token ids are model attributes and tokenizers are passed in.
+imported here), ``safetensors`` (NumPy reader / writer), ``weights`` (``copy_weights_by_path``), ``hf_config``
+(``hf_config_fields``: Hugging Face config.json keys to ours) and ``token_lookup`` (``TokenLookup``, the token <-> id
+plumbing of the in-graph tokenizers; TensorFlow, not imported here). Nothing here knows a particular vocabulary:
+special token ids are model attributes and tokenizers are passed in.
 """
 
 from .bleu import corpus_bleu

@@ -3,6 +3,7 @@ writing files that are never left half-written."""
 
 from __future__ import annotations
 
+import json
 import os
 
 
@@ -49,3 +50,12 @@ def replace_atomically(path, write):
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+def read_json(path, what):
+    """The JSON document at ``path``; a ValueError naming the file and ``what`` it holds if it is not JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path!r} ({what}) is not valid JSON: {error}.") from None

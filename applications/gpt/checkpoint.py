@@ -35,7 +35,7 @@ import shutil
 import numpy as np
 from keras import ops
 
-from ..core.files import replace_atomically
+from ..core.files import read_json, replace_atomically
 from ..core.hf_config import hf_config_fields
 from ..core.safetensors import read_safetensors, write_safetensors
 from .model import GPT, GPTConfig
@@ -213,14 +213,6 @@ def config_to_hf(config):
 # Load
 
 
-def _read_json(path, what):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path!r} ({what}) is not valid JSON: {error}.") from None
-
-
 def _check_files(directory, config_path, weights_path):
     for path, what in ((config_path, "the model's sizes"), (weights_path, "the weights")):
         if not os.path.isfile(path):
@@ -289,7 +281,7 @@ def load_hf_checkpoint(directory, **overrides):
     """
     config_path, weights_path = os.path.join(directory, CONFIG_FILE), os.path.join(directory, WEIGHTS_FILE)
     _check_files(directory, config_path, weights_path)
-    hf_config = _read_json(config_path, "the model's sizes")
+    hf_config = read_json(config_path, "the model's sizes")
     if not isinstance(hf_config, dict):
         raise ValueError(f"{config_path!r} must hold a JSON object (GPT2Config's fields); received {hf_config!r}.")
     config = config_from_hf(hf_config, source=config_path, **overrides)

@@ -72,6 +72,7 @@ import tensorflow as tf
 from attnlayers.validation import is_int
 
 from ..core.files import replace_atomically
+from ..core.token_lookup import TokenLookup
 from .checkpoint import MERGES_FILE, VOCABULARY_FILE
 
 END_OF_TEXT = "<|endoftext|>"
@@ -278,7 +279,7 @@ def _units(source, rows, begin, end):
     return tuple(tf.boolean_mask(tensor, valid) for tensor in (rows, begins, ends))
 
 
-class GPT2Tokenizer(tf.Module):
+class GPT2Tokenizer(TokenLookup):
     """GPT-2's byte-level BPE tokenizer: UTF-8 text to token ids and back with TensorFlow ops (tf.data maps,
     SavedModels), exactly reversible.
 
@@ -314,11 +315,11 @@ class GPT2Tokenizer(tf.Module):
         # TensorFlow trackable, and a SavedModel must find every resource its functions capture.
         self._tables = [self.bpe.cache, self.bpe.byte2unicode, self.bpe.unicode2byte, self.bpe.token_to_id_map,
                         self.bpe.id_to_token_map, self.bpe.merge_ranks]
-        self._vocabulary, self._merges = vocabulary, merges
+        self._token_ids, self._merges = vocabulary, merges
         self.end_token_id = self.start_token_id = vocabulary[END_OF_TEXT]
         # keras-hub's own way of keeping a special token whole: the cache maps it to itself.
         self.bpe.cache.insert(tf.constant([END_OF_TEXT]), tf.constant([END_OF_TEXT]))
-        self._tokens = tf.constant(sorted(self._vocabulary, key=self._vocabulary.get))
+        self._tokens = tf.constant(sorted(self._token_ids, key=self._token_ids.get))
 
     @classmethod
     def from_directory(cls, directory, **kwargs) -> GPT2Tokenizer:
@@ -343,24 +344,10 @@ class GPT2Tokenizer(tf.Module):
                     raise ValueError(f"{config!r} sets add_prefix_space, which GPT2Tokenizer does not support.")
         return cls(*paths, **kwargs)
 
-    @property
-    def vocabulary_size(self) -> int:
-        return len(self._vocabulary)
 
     def get_vocabulary(self) -> list:
         """The tokens (byte symbols, e.g. "Ġthe") in id order."""
-        return sorted(self._vocabulary, key=self._vocabulary.get)
-
-    def token_to_id(self, token: str) -> int:
-        if token not in self._vocabulary:
-            raise ValueError(f"`token` {token!r} is not in the vocabulary of {self.vocabulary_size} tokens.")
-        return self._vocabulary[token]
-
-    def id_to_token(self, ids):
-        """Ids to their tokens (byte symbols): a tf.string tensor of the same shape (ragged stays ragged)."""
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(self.id_to_token, ids)
-        return tf.gather(self._tokens, tf.cast(ids, tf.int32))
+        return sorted(self._token_ids, key=self._token_ids.get)
 
     def tokenize(self, text):
         """UTF-8 strings to token ids (no special token added; ``<|endoftext|>`` in the text is ``end_token_id``).
@@ -371,12 +358,7 @@ class GPT2Tokenizer(tf.Module):
         Returns:
             int32 ids: a 1-D tensor for a string; a `tf.RaggedTensor` (B, None) for a batch.
         """
-        text = tf.convert_to_tensor(text, tf.string)
-        if text.shape.rank == 0:
-            return self._tokenize_batch(text[tf.newaxis])[0]
-        if text.shape.rank != 1:
-            raise ValueError(f"`text` must be a string or a 1-D batch of strings; received shape {text.shape}.")
-        return self._tokenize_batch(text)
+        return super().tokenize(text)
 
     __call__ = tokenize
 
@@ -413,16 +395,7 @@ class GPT2Tokenizer(tf.Module):
         Raises:
             tf.errors.InvalidArgumentError: for an id outside [0, vocabulary_size).
         """
-        ragged = ids if isinstance(ids, tf.RaggedTensor) else tf.convert_to_tensor(ids)
-        single = ragged.shape.rank == 1
-        if single:
-            ragged = ragged[tf.newaxis]
-        if ragged.shape.rank != 2:
-            raise ValueError(f"`ids` must be (T,) or (B, T); received shape {ragged.shape}.")
-        if not isinstance(ragged, tf.RaggedTensor):
-            ragged = tf.RaggedTensor.from_tensor(ragged)
-        text = self._detokenize_batch(tf.cast(ragged, tf.int32).with_row_splits_dtype(tf.int64))
-        return text[0] if single else text
+        return super().detokenize(ids)
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)])
     def _detokenize_batch(self, ids):
