@@ -8,7 +8,6 @@ reader / writer follows the documented format (checked against a parser written 
 import json
 import math
 import os
-import struct
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from attnlayers.applications.bert.checkpoint import (
 )
 from attnlayers.applications.core.safetensors import read_safetensors
 from keras import ops
+from safetensors_reference import write_safetensors
 
 HF_CONFIG = {
     "architectures": ["BertModel"], "model_type": "bert", "vocab_size": 40, "hidden_size": 12,
@@ -34,19 +34,6 @@ MASK = TOKENS != 0
 
 # ------------------------------------------------------------------------------------------------------------------
 # A checkpoint written from the format's documentation, independently of the module under test.
-
-
-def _write_safetensors(path, tensors):
-    header, offset, chunks = {"__metadata__": {"format": "pt"}}, 0, []
-    for name, array in tensors.items():
-        code = {"float32": "F32", "int64": "I64", "float16": "F16"}[str(array.dtype)]
-        raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    encoded = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)) + encoded + b"".join(chunks))
 
 
 def _random_tensors(config=HF_CONFIG, seed=0):
@@ -102,7 +89,7 @@ def _write_checkpoint(directory, tensors, config=HF_CONFIG, vocabulary=True, tok
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
-    _write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
     if vocabulary:
         with open(os.path.join(directory, "vocab.txt"), "w") as f:
             f.write("".join(f"tok{i}\n" for i in range(config["vocab_size"])))

@@ -8,7 +8,6 @@ or transformers: ``benchmarks/gpt_hf_equivalence.py`` compares with them. Runs u
 import json
 import math
 import os
-import struct
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from attnlayers.applications.core.safetensors import read_safetensors
 from attnlayers.applications.gpt import GPT, GPT_PRESETS, GPTConfig, load_hf_checkpoint, save_hf_checkpoint
 from attnlayers.applications.gpt.checkpoint import config_from_hf
 from keras import ops
+from safetensors_reference import write_safetensors
 
 HF_CONFIG = {
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 40, "n_positions": 16, "n_embd": 12,
@@ -34,19 +34,6 @@ def _np(x):
 
 # ------------------------------------------------------------------------------------------------------------------
 # Checkpoints written from the format's documentation, independently of the module under test.
-
-
-def _write_safetensors(path, tensors):
-    header, offset, chunks = {"__metadata__": {"format": "pt"}}, 0, []
-    for name, array in tensors.items():
-        code = {"float32": "F32", "float16": "F16", "uint8": "U8"}[str(array.dtype)]
-        raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    encoded = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)) + encoded + b"".join(chunks))
 
 
 def _random_tensors(config=HF_CONFIG, seed=0):
@@ -90,7 +77,7 @@ def _write_checkpoint(directory, tensors, config=HF_CONFIG):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
-    _write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
     return str(directory)
 
 
@@ -327,7 +314,7 @@ def test_missing_files_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"has no model\.safetensors .*safe_serialization"):
         load_hf_checkpoint(str(tmp_path))
     (tmp_path / "config.json").write_text("{not json")
-    _write_safetensors(str(tmp_path / "model.safetensors"), _random_tensors())
+    write_safetensors(str(tmp_path / "model.safetensors"), _random_tensors())
     with pytest.raises(ValueError, match=r"config\.json.*is not valid JSON"):
         load_hf_checkpoint(str(tmp_path))
 
