@@ -11,13 +11,13 @@ Needs torch and transformers, dev references only (never library dependencies):
     pip install torch==2.13.0+cpu transformers
 """
 
-import argparse
 import os
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
+from hf_reference import equivalence_arguments, start_transformers, verdict  # noqa: E402
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -129,19 +129,10 @@ def compare_tokenizers(info):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", help="a Hugging Face BERT directory (default: a random one)")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bar", type=float, default=1e-4)
-    args = parser.parse_args()
-
-    import torch
-    import transformers
+    args = equivalence_arguments(__doc__, "BERT")
     from attnlayers.applications.bert.checkpoint import load_hf_checkpoint, save_hf_checkpoint
 
-    torch.set_num_threads(2)
-    transformers.utils.logging.disable_progress_bar()
+    torch, transformers = start_transformers()
     with tempfile.TemporaryDirectory() as temporary:
         directory = args.checkpoint or random_checkpoint(os.path.join(temporary, "random"), args.seed)
         backbone, info = load_hf_checkpoint(directory)
@@ -160,7 +151,7 @@ def main():
         worst = max(worst, compare("ours vs transformers BertModel.from_pretrained(save_hf_checkpoint(ours))", ours,
                                    transformers_outputs(saved, ids, segments, mask), mask))
         tokens_equal = compare_tokenizers(info) if info["vocabulary"] else True
-    print(f"worst max |diff| {worst:.3e} (bar <= {args.bar:g}): {'PASS' if worst <= args.bar else 'FAIL'}")
+    print(verdict(worst, args.bar))
     if not tokens_equal:
         print("tokenizer: FAIL")
 

@@ -10,13 +10,13 @@ Needs torch and transformers, dev references only (never library dependencies):
     pip install torch==2.13.0+cpu transformers
 """
 
-import argparse
 import os
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
+from hf_reference import LogitTable, equivalence_arguments, start_transformers, token_inputs, verdict  # noqa: E402
 
 
 def random_checkpoint(directory, seed):
@@ -56,16 +56,6 @@ def published_layout(directory, target):
     return target
 
 
-def token_inputs(config, batch, seed):
-    """Right-padded (B, T) random token ids of different lengths and their mask (True at real tokens)."""
-    rng = np.random.default_rng(seed)
-    length = min(24, config.max_sequence_length)
-    lengths = np.linspace(length, 3, batch).astype(int)
-    mask = np.arange(length)[None] < lengths[:, None]
-    ids = np.where(mask, rng.integers(0, config.vocabulary_size, (batch, length)), config.pad_token_id)
-    return ids.astype("int32"), mask
-
-
 def transformers_logits(directory, ids, mask):
     import torch
     import transformers
@@ -77,32 +67,13 @@ def transformers_logits(directory, ids, mask):
     return out.logits.numpy()
 
 
-def compare(label, ours, theirs, mask):
-    """Prints one Markdown row; returns the max |diff| over real tokens."""
-    real = mask[..., None]
-    worst = np.abs(np.where(real, ours - theirs, 0)).max()
-    everywhere = np.abs(ours - theirs).max()
-    argmax = (ours.argmax(-1) == theirs.argmax(-1))[mask].mean()
-    scale = np.abs(theirs[mask]).max()
-    print(f"| {label} | {worst:.3e} | {everywhere:.3e} | {scale:.2f} | {argmax:.4f} |")
-    return worst
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", help="a Hugging Face GPT-2 directory (default: a random one)")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bar", type=float, default=1e-4)
-    args = parser.parse_args()
-
+    args = equivalence_arguments(__doc__, "GPT-2")
     import keras
-    import torch
-    import transformers
+
     from attnlayers.applications.gpt import load_hf_checkpoint, save_hf_checkpoint
 
-    torch.set_num_threads(2)
-    transformers.utils.logging.disable_progress_bar()
+    torch, transformers = start_transformers()
     with tempfile.TemporaryDirectory() as temporary:
         directory = args.checkpoint or random_checkpoint(os.path.join(temporary, "random"), args.seed)
         model, info = load_hf_checkpoint(directory)
@@ -114,26 +85,23 @@ def main():
               f"{config.num_heads}, d_ff {config.intermediate_dim}, V {config.vocabulary_size}, P "
               f"{config.max_sequence_length}; key prefix {info['prefix']!r}; ignored {info['ignored']}")
         print(f"  inputs: batch {ids.shape[0]}, length {ids.shape[1]}, real tokens per row {mask.sum(1).tolist()}")
-        print()
-        print("| direction | max abs diff of logits, real tokens | all positions | max abs logit | "
-              "argmax agreement (real tokens) |")
-        print("|---|---|---|---|---|")
+        table = LogitTable(all_positions=True)
         ours = np.asarray(keras.ops.convert_to_numpy(model(ids, padding_mask=mask)))
-        worst = compare(f"ours (load_hf_checkpoint) vs GPT2LMHeadModel, prefix {info['prefix']!r}", ours,
-                        transformers_logits(directory, ids, mask), mask)
+        table.row(f"ours (load_hf_checkpoint) vs GPT2LMHeadModel, prefix {info['prefix']!r}", ours,
+                  transformers_logits(directory, ids, mask), mask)
         published = published_layout(directory, os.path.join(temporary, "published"))
         from_published, _ = load_hf_checkpoint(published)
         ours_published = np.asarray(keras.ops.convert_to_numpy(from_published(ids, padding_mask=mask)))
-        worst = max(worst, compare("the same, published layout (no prefix, attn.bias / masked_bias buffers)",
-                                   ours_published, transformers_logits(published, ids, mask), mask))
+        table.row("the same, published layout (no prefix, attn.bias / masked_bias buffers)", ours_published,
+                  transformers_logits(published, ids, mask), mask)
         saved = save_hf_checkpoint(model, os.path.join(temporary, "saved"), vocabulary=info["vocabulary"],
                                    merges=info["merges"])
-        worst = max(worst, compare("ours vs GPT2LMHeadModel.from_pretrained(save_hf_checkpoint(ours))", ours,
-                                   transformers_logits(saved, ids, mask), mask))
+        table.row("ours vs GPT2LMHeadModel.from_pretrained(save_hf_checkpoint(ours))", ours,
+                  transformers_logits(saved, ids, mask), mask)
         print()
         print("(the bar reads real tokens: at a padded position ours attends to nothing (the fully-masked-query rule, "
               "output 0), GPT2LMHeadModel to the real tokens before it; neither output is used)")
-    print(f"worst max |diff| {worst:.3e} (bar <= {args.bar:g}): {'PASS' if worst <= args.bar else 'FAIL'}")
+    print(verdict(table.worst, args.bar))
 
 
 if __name__ == "__main__":

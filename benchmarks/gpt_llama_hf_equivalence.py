@@ -12,13 +12,13 @@ Needs torch and transformers, dev references only (never library dependencies):
     pip install torch==2.13.0+cpu transformers
 """
 
-import argparse
 import os
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
+from hf_reference import LogitTable, equivalence_arguments, start_transformers, token_inputs, verdict  # noqa: E402
 
 # (label, LlamaConfig overrides) of the random checkpoints.
 RANDOM_CONFIGS = (
@@ -47,16 +47,6 @@ def random_checkpoint(directory, seed, overrides):
     return directory
 
 
-def token_inputs(config, batch, seed):
-    """Right-padded (B, T) random token ids of different lengths and their mask (True at real tokens)."""
-    rng = np.random.default_rng(seed)
-    length = min(24, config.max_sequence_length)
-    lengths = np.linspace(length, 3, batch).astype(int)
-    mask = np.arange(length)[None] < lengths[:, None]
-    ids = np.where(mask, rng.integers(3, config.vocabulary_size, (batch, length)), config.pad_token_id)
-    return ids.astype("int32"), mask
-
-
 def transformers_model(directory):
     import transformers
 
@@ -83,15 +73,6 @@ def transformers_greedy(directory, prompt, length):
     return out.numpy()
 
 
-def compare(label, ours, theirs, mask):
-    """Prints one Markdown row; returns the max |diff| over real tokens."""
-    worst = np.abs(np.where(mask[..., None], ours - theirs, 0)).max()
-    argmax = (ours.argmax(-1) == theirs.argmax(-1))[mask].mean()
-    scale = np.abs(theirs[mask]).max()
-    print(f"| {label} | {worst:.3e} | {scale:.2f} | {argmax:.4f} |")
-    return worst
-
-
 def check(directory, label, args, temporary):
     """Every comparison for one checkpoint directory; returns (worst max |diff|, greedy tokens equal)."""
     import keras
@@ -100,22 +81,20 @@ def check(directory, label, args, temporary):
 
     model, info = load_hf_llama_checkpoint(directory)
     config = info["config"]
-    ids, mask = token_inputs(config, args.batch, args.seed)
+    ids, mask = token_inputs(config, args.batch, args.seed, low=3)
     print(f"### {label}")
     print(f"layers {config.num_layers}, d {config.hidden_dim}, heads {config.num_heads} (kv {config.key_value_heads}), "
           f"d_ff {config.intermediate_dim}, V {config.vocabulary_size}, rope_theta {config.rope_theta:g}, tied "
           f"{config.tie_embeddings}; parameters: ours {model.count_params():,}, closed form "
           f"{config.parameter_count():,}, transformers {transformers_model(directory).num_parameters():,}")
     print(f"inputs: batch {ids.shape[0]}, length {ids.shape[1]}, real tokens per row {mask.sum(1).tolist()}")
-    print()
-    print("| direction | max abs diff of logits, real tokens | max abs logit | argmax agreement |")
-    print("|---|---|---|---|")
+    table = LogitTable()
     ours = np.asarray(keras.ops.convert_to_numpy(model(ids, padding_mask=mask)))
-    worst = compare("ours (load_hf_llama_checkpoint) vs LlamaForCausalLM", ours,
-                    transformers_logits(directory, ids, mask), mask)
+    table.row("ours (load_hf_llama_checkpoint) vs LlamaForCausalLM", ours, transformers_logits(directory, ids, mask),
+              mask)
     saved = save_hf_llama_checkpoint(model, os.path.join(temporary, "saved"))
-    worst = max(worst, compare("ours vs LlamaForCausalLM.from_pretrained(save_hf_llama_checkpoint(ours))", ours,
-                               transformers_logits(saved, ids, mask), mask))
+    table.row("ours vs LlamaForCausalLM.from_pretrained(save_hf_llama_checkpoint(ours))", ours,
+              transformers_logits(saved, ids, mask), mask)
     prompt = ids[:1, :5]
     length = min(config.max_sequence_length, 5 + args.new_tokens)
     ours_tokens = np.asarray(keras.ops.convert_to_numpy(model.generate(prompt, max_length=length,
@@ -127,25 +106,14 @@ def check(directory, label, args, temporary):
           f"{ours_tokens[0, 5:].tolist()}; transformers generate {theirs_tokens[0, 5:].tolist()}: "
           f"{'equal' if same else 'DIFFERENT'}")
     print()
-    return worst, same
+    return table.worst, same
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", help="a Hugging Face LLaMA directory (default: two random ones)")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bar", type=float, default=1e-4)
-    args = parser.parse_args()
-
+    args = equivalence_arguments(__doc__, "LLaMA", **{"--new-tokens": (int, 16, "greedy tokens generated (default 16)")})
     import keras
-    import torch
-    import transformers
 
-    torch.set_num_threads(2)
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
+    torch, transformers = start_transformers()
     print(f"keras {keras.__version__} ({keras.backend.backend()}), torch {torch.__version__}, transformers "
           f"{transformers.__version__}")
     print()
@@ -157,11 +125,8 @@ def main():
             directory = random_checkpoint(os.path.join(temporary, f"random{i}"), args.seed + i, overrides)
             results.append(check(directory, f"random LlamaForCausalLM: {label}", args,
                                  os.path.join(temporary, f"out{i}")))
-    worst = max(w for w, _ in results)
     greedy = all(same for _, same in results)
-    passed = worst <= args.bar and greedy
-    print(f"worst max |diff| {worst:.3e} (bar <= {args.bar:g}), greedy tokens equal: {greedy}: "
-          f"{'PASS' if passed else 'FAIL'}")
+    print(f"greedy tokens equal: {greedy}; " + verdict(max(w for w, _ in results), args.bar, greedy))
 
 
 if __name__ == "__main__":
