@@ -20,10 +20,8 @@ vocabulary); --sequence-length fits the inputs to its vocabulary (the defaults w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import platform
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -31,6 +29,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bert_pretraining  # noqa: E402
+import runs  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "bert" / "finetune"
 PRETRAINED = bert_pretraining.RESULTS / bert_pretraining.run_name("tiny", 0, 20)
@@ -79,29 +78,22 @@ def run(args):
                                   batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
                                   sequence_length=args.sequence_length,
                                   validation_examples=args.validation_examples, test_examples=args.test_examples)
-    record = {"init": label, "checkpoint": checkpoint, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-              "cores": len(os.sched_getaffinity(0))}
+    record = {"init": label, "checkpoint": checkpoint, **runs.machine_record()}
     return run_finetuning(settings, args.results, verbose=2, record=record, tensorboard=False, backup=False,
                           results_file=f"{args.task}-{checkpoint}-{label}-seed{args.seed}-{args.minutes:g}min.json")
 
 
 def load_results(results_dir):
-    rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(results_dir).glob("*.json"))]
-    rows = [r for r in rows if isinstance(r, dict) and "test" in r and "baseline" in r]
     order = {"sentiment": 0, "paraphrase": 1, "pos": 2}
-    return sorted(rows, key=lambda r: (order.get(r["task"], 3), r.get("checkpoint", ""), r["minutes"] or 0,
-                                       r["seed"], r["init"]))
+    return runs.load_rows(results_dir, "*.json", keep=lambda r: "test" in r and "baseline" in r,
+                          key=lambda r: (order.get(r["task"], 3), r.get("checkpoint", ""), r["minutes"] or 0,
+                                         r["seed"], r["init"]))
 
 
 def main(argv=None):
-    args = parse_args(argv)
     from attnlayers.applications.bert.recipes import print_table
 
-    if args.table:
-        print_table(load_results(args.results))
-        return 0
-    run(args)
-    return 0
+    return runs.run_or_table(parse_args(argv), run, load_results, print_table)
 
 
 if __name__ == "__main__":

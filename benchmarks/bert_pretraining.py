@@ -12,11 +12,11 @@ checkpoint beside the result, for benchmarks/bert_finetune.py.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import platform
 import sys
+
+import runs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -53,27 +53,20 @@ def run(args):
     keras.utils.set_random_seed(args.seed)
     settings = PretrainingSettings(config=args.config, batch_size=args.batch_size, learning_rate=args.learning_rate,
                                    minutes=args.minutes, seed=args.seed)
-    record = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-              "cores": len(os.sched_getaffinity(0))}  # fewer than the machine's when pinned (taskset)
+    record = runs.machine_record()
     return run_pretraining(settings, args.results / run_name(args.config, args.seed, args.minutes), verbose=2,
                            record=record, tensorboard=False, backup=False)
 
 
 def load_results(results_dir):
-    rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(results_dir).glob("*/results.json"))]
-    rows = [r for r in rows if isinstance(r, dict) and r.get("task") == "pretraining" and "held_out" in r]
-    return sorted(rows, key=lambda r: (r["config"], r["minutes"] or 0, r["seed"]))
+    return runs.load_rows(results_dir, "*/results.json", keep=lambda r: r.get("task") == "pretraining" and "held_out" in r,
+                          key=lambda r: (r["config"], r["minutes"] or 0, r["seed"]))
 
 
 def main(argv=None):
-    args = parse_args(argv)
     from attnlayers.applications.bert.recipes import print_table
 
-    if args.table:
-        print_table(load_results(args.results))
-        return 0
-    run(args)
-    return 0
+    return runs.run_or_table(parse_args(argv), run, load_results, print_table)
 
 
 if __name__ == "__main__":
