@@ -15,8 +15,10 @@ Strategies:
 - ``mirrored``: ``tf.distribute.MirroredStrategy`` over every local GPU, or over the logical CPU devices when
   there is no GPU (one CPU device unless the process configured several, as the tests do).
 - ``multi-worker``: ``tf.distribute.MultiWorkerMirroredStrategy``; every worker runs the same command with the
-  environment variable ``TF_CONFIG`` describing the cluster and its own index. Create it first thing in the
-  program, before any other TensorFlow op.
+  environment variable ``TF_CONFIG`` describing the cluster and its own index (``core.launch.launch_workers``
+  starts N local workers with theirs). Create it first thing in the program, before any other TensorFlow op.
+  Keras 3's ``Model.fit`` fails under this strategy as shipped; :func:`make_strategy` patches the two places
+  (see ``_keras_multi_worker_fixes``).
 - ``tpu``: ``tf.distribute.TPUStrategy`` through ``TPUClusterResolver(tpu=...)`` (a Cloud TPU name or
   ``grpc://`` address; "" or "local" for a TPU VM). Data must have static shapes there
   (``make_dataset(..., pad_to_max_length=True, drop_remainder=True)`` in the NMT application).
@@ -99,6 +101,7 @@ def make_strategy(name="none", *, tpu=None, devices=None):
                 "strategy 'multi-worker' needs the environment variable TF_CONFIG (the cluster's workers and this "
                 "worker's index) on every worker; it is not set here. Use 'mirrored' for the devices of one machine."
             )
+        _keras_multi_worker_fixes()
         return tf.distribute.MultiWorkerMirroredStrategy()
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="" if tpu in (None, "local") else tpu)
@@ -110,6 +113,58 @@ def make_strategy(name="none", *, tpu=None, devices=None):
             f"strategy 'tpu': no TPU is available here (tpu={tpu!r}: {detail}). Run on a TPU VM or pass --tpu NAME."
         ) from None
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _keras_multi_worker_fixes():
+    """Two fixes that let Keras 3's ``Model.fit`` run under ``MultiWorkerMirroredStrategy`` (its collective
+    all-reduce takes one tensor of known rank at a time):
+
+    1. Before training, the TensorFlow trainer builds the model from the first batch (``_maybe_symbolic_build``)
+       by averaging the batch's per-replica values with ``strategy.reduce("MEAN", (x, y, sample_weight))``, which
+       only needs their shapes and dtypes; ``reduce`` refuses a nest ("Attempt to convert a value (PerReplica
+       ...) to a Tensor"). Here the build reads each value's first local replica: the same shapes and dtypes, no
+       cross-worker op.
+    2. After each step, the per-replica metric results are averaged across workers with
+       ``strategy.reduce("MEAN", value, axis=0)``; a metric result is a scalar, which has no axis 0 ("Invalid
+       reduction dimension 0 for input with 0 dimensions"). Here scalars are averaged across replicas
+       (``axis=None``), which is what axis 0 means for a batch of values.
+
+    Applied once, when a multi-worker strategy is made.
+    """
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer
+
+    if getattr(trainer, "_attnlayers_multi_worker_fixes", False):
+        return
+    build, reduce_per_replica = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
+
+    def first_local(x, strategy):
+        return strategy.experimental_local_results(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        if iterator is None or self._distribute_strategy is None:
+            return build(self, iterator=iterator, data_batch=data_batch)
+        batch = None
+        for _, _, it in iterator:
+            batch = tf.nest.map_structure(lambda x: first_local(x, self.distribute_strategy), next(it))
+            break
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=batch)
+
+    def reduce_scalars_per_replica(values, strategy, reduction):
+        if reduction not in ("auto", "mean") or not trainer._collective_all_reduce_multi_worker(strategy):
+            return reduce_per_replica(values, strategy, reduction)
+
+        def reduce(v):
+            if first_local(v, strategy).shape.rank == 0:  # one local replica: a plain scalar tensor
+                return strategy.reduce("MEAN", v, axis=None)
+            return reduce_per_replica(v, strategy, reduction)
+
+        return tf.nest.map_structure(reduce, values)
+
+    trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
+    trainer.reduce_per_replica = reduce_scalars_per_replica
+    trainer._attnlayers_multi_worker_fixes = True
 
 
 def set_precision(precision="float32"):
