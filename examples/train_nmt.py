@@ -156,6 +156,7 @@ def run(args):
     default = args.variant == recipes.DEFAULT_VARIANTS[args.model]
     name = args.model if default else f"{args.model}-{args.variant}"
     out = args.out or os.path.join("artifacts", "nmt", f"{name}-{args.data.replace(':', '_').replace('/', '_')}")
+    out = core.worker_directory(out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
 
     print(f"data: {args.data}, {len(splits.train)} train / {len(splits.validation)} validation / "
           f"{len(splits.test)} test pairs; vocabulary {tokenizers.source.vocabulary_size} / "

@@ -33,10 +33,12 @@ from .runtime import (
     STRATEGIES,
     add_runtime_arguments,
     describe_runtime,
+    is_chief,
     make_strategy,
     runtime_from_args,
     set_precision,
     setup_runtime,
+    worker_directory,
 )
 from .schedules import TransformerSchedule, WarmupCosineDecay, WarmupLinearDecay
 
@@ -59,6 +61,7 @@ __all__ = [
     "check_token_ids",
     "corpus_bleu",
     "describe_runtime",
+    "is_chief",
     "describe_training",
     "make_strategy",
     "run_recipe",
@@ -67,4 +70,5 @@ __all__ = [
     "setup_runtime",
     "standard_callbacks",
     "training_summary",
+    "worker_directory",
 ]

@@ -189,6 +189,28 @@ def runtime_from_args(args):
     return setup_runtime(args.strategy, args.precision, tpu=getattr(args, "tpu", None))
 
 
+def is_chief(strategy=None):
+    """Whether this process is the one that writes a multi-worker run's outputs: the "chief" task, else worker 0
+    of a cluster without one; True outside a cluster (one process)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if not task_type:
+        return True
+    if task_type == "chief":
+        return True
+    return task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def worker_directory(out_dir, strategy=None):
+    """Where this process writes a run's files: ``out_dir`` for the chief (or a single process), else
+    ``out_dir/worker-{index}``, so that workers never write the same file (BackupAndRestore's weights,
+    TensorBoard's events, the results) at the same time. The weights are the same on every worker (synchronous
+    training): the chief's copy is the run's."""
+    if out_dir is None or is_chief(strategy):
+        return out_dir
+    return os.path.join(out_dir, f"worker-{strategy.cluster_resolver.task_id}")
+
+
 def describe_runtime(strategy):
     """One line: the strategy, its replicas and the dtype policy, e.g. "MirroredStrategy, 2 replicas, float32"."""
     name = type(strategy).__name__
