@@ -108,6 +108,7 @@ def main(argv=None):
 
 def run(args):
     from attnlayers.applications.bert import recipes
+    from attnlayers.applications.core.runtime import is_chief, worker_directory
 
     settings = settings_from_args(args)
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
@@ -118,7 +119,9 @@ def run(args):
         raise usage_error(error) from None
     init = "scratch" if args.init == "scratch" else "pretrained"
     out = args.out or os.path.join("artifacts", "bert", "finetune", f"{args.task}-{init}")
-    export = None if args.no_export else (args.export or os.path.join(out, "model"))
+    out = worker_directory(out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
+    given = args.export if is_chief(strategy) else None  # the other workers export under their own OUT
+    export = None if args.no_export else (given or os.path.join(out, "model"))
     result = recipes.run_finetuning(settings, out, export_dir=export, strategy=strategy, verbose=args.verbose,
                                     data=data)
     print(f"results: {result['results_path']}")

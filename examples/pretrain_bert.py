@@ -125,6 +125,7 @@ def main(argv=None):
 def run(args):
     from attnlayers.applications.bert import recipes
     from attnlayers.applications.bert.tokenizer import read_vocabulary
+    from attnlayers.applications.core.runtime import worker_directory
 
     if args.vocab is not None:
         try:
@@ -133,7 +134,8 @@ def run(args):
             raise UsageError(f"--vocab {args.vocab}: {usage_error(error)}") from None
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     documents = load_documents(args.corpus)
-    result = recipes.run_pretraining(settings_from_args(args), args.out, documents=documents, vocabulary=args.vocab,
+    out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
+    result = recipes.run_pretraining(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
                                      strategy=strategy, verbose=args.verbose, corpus=args.corpus)
     print(f"results: {result['results_path']}")
     print(f"fine-tune it: python examples/finetune_bert.py --task pos --init {args.out} --minutes 4")

@@ -125,6 +125,7 @@ def run(args):
     splits, vocabulary = load_data(args)
     name = f"{args.attention}-{args.data.split(':')[0]}"
     out = args.out or os.path.join("artifacts", "captioning", name)
+    out = core.worker_directory(out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     cut = data.count_truncated(splits.train, vocabulary, max_length=args.max_length)
     print(f"data: {args.data}, {len(splits.train)} train / {len(splits.validation)} validation / "
           f"{len(splits.test)} test images; {vocabulary.vocabulary_size} tokens; {cut['captions']} of "
