@@ -62,6 +62,51 @@ def _length(x):
     return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
 
+# The most branches of a single-query step's switch over cache prefixes (see _prefix_lengths).
+_PREFIX_BRANCHES = 8
+_MIN_PREFIX_BLOCK = 16
+
+
+def _prefix_lengths(max_length):
+    """The static cache prefix lengths a single-query step chooses from: up to 8 nearly equal steps ending at
+    ``max_length``, each at least 16 positions (one length for short caches).
+
+    A step at cache position i reads the shortest prefix holding the positions it attends (0 .. i), so its cost
+    grows with i rather than with ``max_length`` (at most ``max_length / 8`` positions are read in vain).
+    """
+    count = max(1, min(_PREFIX_BRANCHES, max_length // _MIN_PREFIX_BLOCK))
+    return tuple(sorted({-(-max_length * (k + 1) // count) for k in range(count)}))
+
+
+def _write_cache_position(cache, entries, index, layer=None):
+    """Writes one position of a key/value cache: ``cache[..., index, :, :] = entries``.
+
+    A scatter of the B x ... x 2 new vectors, O(1) in the cache length where the backend updates in place
+    (XLA inside a loop, JAX), and differentiable on TensorFlow and JAX (TensorFlow has no gradient for
+    ``slice_update``'s dynamic update slice).
+
+    Args:
+        cache: (..., S_max, N_kv, H): a cache (B, 2, S_max, N_kv, H) or a decoder stack's
+            (B, layers, 2, S_max, N_kv, H).
+        entries: (..., N_kv, H), the keys and values of position ``index`` (the cache's shape without S_max);
+            with ``layer``, (B, 2, N_kv, H).
+        index: scalar int (tensor), the position written.
+        layer: None, or the one layer of a stacked cache to write.
+
+    Returns:
+        The updated cache (same shape and dtype).
+    """
+    leading = ops.shape(cache)[:-3]
+    ranges = [ops.arange(size, dtype="int32") for size in leading]
+    if layer is not None:  # one layer of a stacked cache (B, layers, 2, ...): entries (B, 2, N_kv, H)
+        ranges[1] = ops.convert_to_tensor([layer], "int32")
+    grids = ops.meshgrid(*ranges, indexing="ij")
+    rows = ops.reshape(ops.stack(grids, axis=-1), (-1, len(leading)))  # every (b, [layer,] k/v) row
+    position = ops.full((ops.shape(rows)[0], 1), ops.cast(index, "int32"), dtype="int32")
+    updates = ops.reshape(ops.cast(entries, cache.dtype), (-1,) + tuple(ops.shape(cache)[-2:]))
+    return ops.scatter_update(cache, ops.concatenate([rows, position], axis=1), updates)
+
+
 def _deserialize_layer(layer, name):
     if layer is None or isinstance(layer, keras.layers.Layer):
         return layer
@@ -495,6 +540,140 @@ class MultiHeadAttention(keras.layers.Layer):
         if self._rotary is None:
             return x
         return ops.cast(self._rotary(x, start_index=start_index), x.dtype)
+
+    # ------------------------------------------------------------------------------------------------
+    # One cached query: the decoding step
+
+    def _supports_single_step(self):
+        """Whether :meth:`_single_step` computes this layer's cached self-attention: a dot or scaled-dot score
+        (the fused path), no ``position_bias``, key_dim == value_dim (a cache), and none of the override points
+        (``_compute_attention``, ``_compute_logits``, ``_combine``, ``_compute_attention_mask``, ``_update_cache``)
+        overridden."""
+        base = MultiHeadAttention
+        overridden = any(
+            getattr(type(self), name) is not getattr(base, name)
+            for name in ("_compute_attention", "_compute_logits", "_combine", "_compute_attention_mask",
+                         "_update_cache")
+        )
+        return (
+            self._fused_scale is not None and self._hooks.position_bias is None
+            and self._key_dim == self._value_dim and not overridden
+        )
+
+    def _single_step(self, query, cache, cache_update_index, layer=None, write=True):
+        """Cached self-attention of one new position: what ``self(query, query, cache=cache,
+        cache_update_index=i, use_causal_mask=True)`` computes for a (B, 1, D) query (outside training with
+        dropout), at a cost that grows with i rather than with the cache length S_max.
+
+        The query at position i attends the cache positions s <= i (eq. 1), reading only the shortest of the
+        static prefixes of :func:`_prefix_lengths` that holds them, with elementwise products reduced over the
+        head size and the positions (one query: no transpose of the cache for a batched matmul).
+
+        Args:
+            query: (B, 1, D), the step's input: the queries, keys and values are its projections.
+            cache: (B, 2, S_max, N_kv, H); or, with ``layer``, the caches of a decoder stack
+                (B, layers, 2, S_max, N_kv, H), of which ``layer`` is read (and written). Positions > i may hold
+                anything.
+            cache_update_index: scalar int (tensor), i.
+            layer: None, or the layer of a stacked ``cache``.
+            write: True: the new key and value are written at position i first (:func:`_write_cache_position`)
+                and read back with the prefix: best where the backend updates in place (XLA), since the reads
+                then follow the write. False: the cache is not written; the new key is attended beside the
+                positions s < i and returned for the caller to write (one write for every layer of a stack,
+                where each write copies the cache).
+
+        Returns:
+            ``(output, cache)`` with ``write``, else ``(output, entry)``: the attention output (B, 1, D) (or
+            (B, 1) + ``output_shape``), the written cache, or the key and value of position i (B, 2, N_kv, H).
+        """
+        if not self._supports_single_step():
+            raise ValueError(
+                "`_single_step` needs a dot or scaled-dot score, no position_bias, key_dim == value_dim and none of "
+                f"the attention override points overridden; received a {type(self).__name__} with score "
+                f"{self._score_identifier!r}, position_bias {type(self._hooks.position_bias).__name__}, "
+                f"key_dim={self._key_dim}, value_dim={self._value_dim}."
+            )
+        if len(query.shape) != 3 or query.shape[1] != 1:
+            raise ValueError(f"`query` of a single step must have shape (batch, 1, dim); received shape "
+                             f"{format_shape(query.shape)}.")
+        index = ops.cast(cache_update_index, "int32")
+        q = self._rotate(self._query_dense(query), index)  # (B, 1, N, H)
+        k = self._rotate(self._key_dense(query), index)  # (B, 1, N_kv, H)
+        v = self._value_dense(query)
+        entry = ops.stack((k[:, 0], v[:, 0]), axis=1)  # (B, 2, N_kv, H)
+        if write:
+            cache = _write_cache_position(cache, entry, index, layer)
+            heads = self._attend_cache(q, cache, index, layer)
+        else:
+            heads = self._attend_cache(q, cache, index, layer, new=(k, v))
+        if self._use_gate:
+            heads = heads * self._gate_dense(query)
+        output = self._output_dense(heads)  # Concat(head_1, ..., head_N) W^O
+        return output, (cache if write else entry)
+
+    def _attend_cache(self, query, cache, index, layer, new=None):
+        """softmax(q K^T / sqrt(d_k)) V (eq. 1) of one query over the cache positions it sees.
+
+        Args:
+            query: (B, 1, N, H), at position ``index`` (scalar int32 tensor).
+            cache, layer: as in :meth:`_single_step`.
+            new: None: the cache holds position ``index`` (read with positions < ``index``); or the (key,
+                value) of position ``index``, (B, 1, N_kv, H) each, attended beside the cache positions < ``index``.
+
+        Returns:
+            The heads (B, 1, N, H).
+        """
+        n, n_kv, h = self._num_heads, self.num_key_value_heads, self._key_dim
+        batch = ops.shape(query)[0]
+        # Query head n reads key / value head n // G (G = N / N_kv): queries (B, 1, N_kv, G, H).
+        q = ops.reshape(query * ops.cast(self._fused_scale, query.dtype), (batch, 1, n_kv, n // n_kv, h))
+
+        def logits_of(keys):  # (B, S, N_kv, H) -> (B, S, N_kv, G): q k_s / sqrt(d_k)
+            return ops.sum(q * ops.expand_dims(keys, 3), axis=-1)
+
+        def weighted_sum(weights, values):  # (B, S, N_kv, G), (B, S, N_kv, H) -> (B, 1, N_kv, G, H)
+            return ops.sum(ops.expand_dims(weights, -1) * ops.expand_dims(values, 3), axis=1, keepdims=True)
+
+        def attend(length):
+            def branch():
+                keys, values = self._cache_prefix(cache, layer, length)  # (B, length, N_kv, H)
+                logits, visible = logits_of(keys), self._visible_positions(length, index, new is None)
+                if new is not None:
+                    logits = ops.concatenate([logits, logits_of(new[0])], axis=1)
+                    visible = ops.concatenate([visible, ops.ones((1,), "bool")], axis=0)
+                visible = ops.reshape(visible, (1, -1, 1, 1))
+                weights = ops.cast(masking.masked_softmax(logits, visible, axis=1), query.dtype)
+                heads = weighted_sum(weights[:, :length], values)
+                if new is not None:
+                    heads = heads + weighted_sum(weights[:, length:], new[1])
+                return ops.reshape(heads, (batch, 1, n, h))
+
+            return branch
+
+        # The shortest prefix holding every position read: 0 .. index (or index - 1 beside a new key).
+        lengths = _prefix_lengths(cache.shape[-3])
+        read = index + 1 if new is None else index
+        if len(lengths) == 1:
+            return attend(lengths[0])()
+        branch = ops.sum(ops.cast(read > ops.convert_to_tensor(lengths[:-1], "int32"), "int32"))
+        return ops.switch(branch, [attend(length) for length in lengths])
+
+    def _cache_prefix(self, cache, layer, length):
+        """The keys and values of cache positions [0, length), (B, length, N_kv, H) each."""
+        if layer is None:
+            keys, values = cache[:, 0, :length], cache[:, 1, :length]
+        else:
+            keys, values = cache[:, layer, 0, :length], cache[:, layer, 1, :length]
+        return ops.cast(keys, self.compute_dtype), ops.cast(values, self.compute_dtype)
+
+    def _visible_positions(self, length, index, inclusive):
+        """(length,) booleans: the cache positions 0 .. length - 1 the query at ``index`` sees: those up to
+        its own (``inclusive``) or before it, within the sliding window if there is one."""
+        position = ops.arange(length, dtype="int32")
+        visible = position <= index if inclusive else position < index
+        if self._sliding_window is not None:  # keras' band: |i - j| < sliding_window
+            visible = ops.logical_and(visible, position > index - self._sliding_window)
+        return visible
 
     def _update_cache(self, cache, key, value, cache_update_index):
         """Writes this call's keys and values into the cache at ``cache_update_index``.

@@ -15,8 +15,9 @@ import collections
 import keras
 from keras import ops
 
+from attnlayers._loops import updates_in_place
 from attnlayers.masking import check_mask, keras_mask
-from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
+from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention, _write_cache_position
 from attnlayers.normalization import RMSNorm
 from attnlayers.validation import (
     check_feature_size,
@@ -479,9 +480,55 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
                 cross_length=None if cross_attention_cache is None else cross_attention_cache.shape[2],
             )
         )
+        single = self._single_step_applies(
+            decoder_sequence, self_attention_cache, self_attention_cache_update_index, decoder_padding_mask,
+            decoder_attention_mask, return_attention_scores, training,
+        )
+        result = self._forward(
+            decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask, encoder_padding_mask,
+            encoder_attention_mask, self_attention_cache, self_attention_cache_update_index, cross_attention_cache,
+            cross_attention_cache_update_index, use_causal_mask, return_attention_scores, training, single=single,
+        )
+        has_self_cache, has_cross = self_attention_cache is not None, self.cross_attention is not None
+        return result.pack(has_self_cache, has_cross, return_attention_scores)
+
+    def _single_step_applies(
+        self, decoder_sequence, self_attention_cache, self_attention_cache_update_index, decoder_padding_mask,
+        decoder_attention_mask, return_attention_scores, training,
+    ):
+        """Whether the self-attention of this call can take ``MultiHeadAttention._single_step``: one position
+        (T = 1) written into a cache of static length, no padding or attention mask on it, no scores returned,
+        no attention dropout at work, and an attention layer that supports it."""
+        attention_dropout = self.self_attention.dropout and not (training is None or training is False)
+        return (
+            self_attention_cache is not None and self_attention_cache_update_index is not None
+            and decoder_sequence.shape[1] == 1 and self_attention_cache.shape[-3] is not None
+            and decoder_padding_mask is None and decoder_attention_mask is None
+            and not return_attention_scores and not attention_dropout
+            and self.self_attention._supports_single_step()
+        )
+
+    def _forward(
+        self, decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask, encoder_padding_mask,
+        encoder_attention_mask, self_attention_cache, self_attention_cache_update_index, cross_attention_cache,
+        cross_attention_cache_update_index, use_causal_mask, return_attention_scores, training, single=False,
+        layer=None, write=True,
+    ):
+        """The block on checked masks -> :class:`DecoderBlockOutputs`.
+
+        With ``single`` (see :meth:`_single_step_applies`) the self-attention is
+        ``MultiHeadAttention._single_step`` (``layer`` and ``write`` are its arguments: ``layer`` picks the layer
+        of a stacked (B, layers, 2, S_max, N_kv, H) cache), and ``self_attention_cache`` of the result is the
+        written cache, or with ``write=False`` the new position's key and value (B, 2, N_kv, H), not written.
+        """
         has_self_cache = self_attention_cache is not None
 
         def self_attend(x):
+            if single:
+                output, cache = self.self_attention._single_step(
+                    x, self_attention_cache, self_attention_cache_update_index, layer, write
+                )
+                return AttentionOutputs(output, None, cache)
             # With a cache, the keys' padding lives in the cache (masked beyond the written positions).
             out = self.self_attention(
                 x, x,
@@ -514,8 +561,7 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
             if return_attention_scores:
                 result.attention_scores["cross_attention"] = attended.scores
         x = self._feedforward_residual(x, training)
-        has_cross = self.cross_attention is not None
-        return result._replace(outputs=x).pack(has_self_cache, has_cross, return_attention_scores)
+        return result._replace(outputs=x)
 
     def _check_inputs(self, decoder_sequence, encoder_sequence, cross_attention_cache):
         _check_sequence(decoder_sequence, "decoder_sequence", self._model_dim)
@@ -716,6 +762,20 @@ class TransformerDecoder(_Stack):
                 cross_length=None if cross_attention_cache is None else cross_attention_cache.shape[3],
             )
         )
+        index = self_attention_cache_update_index
+        single = self_attention_cache is not None and all(
+            block._single_step_applies(
+                decoder_sequence, self_attention_cache, index, decoder_padding_mask, decoder_attention_mask,
+                return_attention_scores, training,
+            )
+            for block in self.blocks
+        )
+        if single:
+            return self._single_step(
+                decoder_sequence, encoder_sequence, encoder_padding_mask, encoder_attention_mask,
+                self_attention_cache, index, cross_attention_cache, cross_attention_cache_update_index,
+                use_causal_mask, return_hidden_states, training,
+            )
         x, hidden_states, attention_scores = decoder_sequence, [], []
         self_caches, cross_caches = [], []
         for i, block in enumerate(self.blocks):
@@ -746,6 +806,47 @@ class TransformerDecoder(_Stack):
             return result
         result = result if isinstance(result, dict) else {"sequence_output": result}
         result["self_attention_cache"] = ops.stack(self_caches, axis=1)
+        if cross_caches:
+            result["cross_attention_cache"] = ops.stack(cross_caches, axis=1)
+        return result
+
+    def _single_step(
+        self, decoder_sequence, encoder_sequence, encoder_padding_mask, encoder_attention_mask, self_attention_cache,
+        self_attention_cache_update_index, cross_attention_cache, cross_attention_cache_update_index,
+        use_causal_mask, return_hidden_states, training,
+    ):
+        """One new position through every block (T = 1, see ``TransformerDecoderBlock._single_step_applies``).
+
+        Each block's self-attention reads only the prefix of its layer of the stacked cache up to the position,
+        in place, instead of slicing, rewriting and restacking every layer's whole cache. Where writes are in
+        place (XLA) each layer writes its new key and value before reading; elsewhere every write copies the
+        cache, so the layers' new keys and values are attended beside the cache and written in one update at
+        the end. Both compute the same attention.
+        """
+        index = self_attention_cache_update_index
+        write = updates_in_place(self_attention_cache)
+        x, cache, hidden_states, entries, cross_caches = decoder_sequence, self_attention_cache, [], [], []
+        for i, block in enumerate(self.blocks):
+            block._check_inputs(x, encoder_sequence, cross_attention_cache)
+            out = block._forward(
+                x, encoder_sequence, None, None, encoder_padding_mask, encoder_attention_mask, cache, index,
+                None if cross_attention_cache is None else cross_attention_cache[:, i],
+                cross_attention_cache_update_index, use_causal_mask, False, training, single=True, layer=i,
+                write=write,
+            )
+            x = out.outputs
+            if write:
+                cache = out.self_attention_cache
+            else:
+                entries.append(out.self_attention_cache)  # (B, 2, N_kv, H)
+            if out.cross_attention_cache is not None:
+                cross_caches.append(out.cross_attention_cache)
+            hidden_states.append(x)
+        result = self._finish(x, hidden_states, [], return_hidden_states, False)
+        result = result if isinstance(result, dict) else {"sequence_output": result}
+        if not write:  # one write for every layer: cache[:, :, :, index] = their keys and values
+            cache = _write_cache_position(cache, ops.stack(entries, axis=1), index)
+        result["self_attention_cache"] = cache
         if cross_caches:
             result["cross_attention_cache"] = ops.stack(cross_caches, axis=1)
         return result

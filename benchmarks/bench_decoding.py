@@ -1,6 +1,8 @@
 """Generation speed: attnlayers.decoding.generate with a KV cache, against recomputing the whole prefix at every
-step and against keras_hub.models.GPT2CausalLM.generate, in one process (TensorFlow backend, CPU, all three
-compiled the same way: ``tf.function(jit_compile=True)``, as keras-hub compiles its own generate).
+step and against keras_hub.models.GPT2CausalLM.generate, in one process (TensorFlow backend, CPU). Each side is
+compiled two ways (``--modes``): graph = ``tf.function`` without XLA, xla = ``tf.function(jit_compile=True)``
+(keras-hub compiles its generate with ``tf.function(jit_compile=model.jit_compile)``, set through ``compile``).
+The no-cache baseline runs in one mode (xla when it is among the modes).
 
 The model: a GPT-2-architecture decoder at small sizes (defaults: 4 layers, d_model 256, 4 heads of 64 as in
 GPT-2, d_ff 1024, vocabulary 8192), random weights, greedy decoding of ``new_tokens`` = 256 tokens for a batch
@@ -17,21 +19,27 @@ of 8 prompts of 16 tokens, no stop token (every call generates exactly batch * n
 - keras-hub: ``GPT2CausalLM(GPT2Backbone(...), preprocessor=None)`` compiled with ``sampler="greedy"``,
   ``generate({"token_ids", "padding_mask"}, stop_token_ids=None)``.
 
-What differs between ours and keras-hub (same architecture and weights):
+What differs between ours and keras-hub (same architecture and weights, the same greedy tokens):
 - prefill: keras-hub's ``_build_cache`` runs the whole (B, L) buffer (prompt + room for the new tokens)
   through the model once before the loop; ours prefills the prompt only (B, P).
-- cache update: keras-hub writes the new key/value with ``slice_update`` (an in-place dynamic update slice
-  under XLA); attnlayers' MultiHeadAttention writes it with a gather and a select over the whole cache
-  (chosen because it is differentiable on every backend), O(L) per step instead of O(1). Both attend over
-  the whole (B, L) cache at every step (masked beyond the current position).
+- the cached step (attnlayers' ``TransformerDecoder`` with one new position, ``MultiHeadAttention._single_step``):
+  each layer attends only a prefix of its cache holding the positions written so far (the shortest of 8 static
+  lengths, chosen by a switch: about half the cache on average here), with elementwise products reduced over
+  the head size and the positions instead of batched matmuls (no transpose of the cache); the new keys and
+  values are written by scattering one position. Under XLA (writes in place) each layer writes its position
+  before reading it; in graph mode (where every write copies the cache) the new keys are attended beside the
+  cache and every layer's position is written in one scatter at the end. keras-hub slices each layer's cache
+  out of the stacked (B, layers, 2, L, heads, head_dim) cache, writes the position with ``slice_update``,
+  attends over the whole cache (masked beyond the position) with keras' ``ops.dot_product_attention``, and
+  stacks the layers' caches again: several copies of the whole cache per step.
 - ours computes the log-softmax of every step's logits for ``scores``; keras-hub computes a softmax (and
   returns no scores).
 
 First call (trace + XLA compile + one generation) and later calls (median of ``--repeats``, interleaved
 ours / keras-hub / ours ...) are reported separately. Tokens per second = batch * new_tokens / seconds.
 
-Run:  .venv/bin/python benchmarks/bench_decoding.py                  (about 4 minutes on 2 CPU cores, 70 s of it
-                                                                      the no-cache baseline)
+Run:  .venv/bin/python benchmarks/bench_decoding.py                  (about 3 minutes on 2 CPU cores, most of it
+                                                                      compiling and the no-cache baseline)
       .venv/bin/python benchmarks/bench_decoding.py --skip-recompute --repeats 5
 Writes benchmarks/results/decoding.json.
 """
