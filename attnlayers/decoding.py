@@ -106,26 +106,50 @@ class Sampling(Strategy):
     the same tokens on every call, compiled or not, in a SavedModel, and under TensorFlow and JAX alike (for
     the same logits), and a row's tokens do not depend on the other rows of the batch.
 
+    Settings as tensors. ``temperature``, ``top_k`` and ``top_p`` may also be scalar tensors (e.g. inputs of a
+    compiled or exported function, one trace for every setting). Then 0 is allowed and means off:
+    ``temperature`` 0 is greedy search (the argmax, exactly :class:`GreedySearch`'s token), ``top_k`` 0 keeps
+    every token, ``top_p`` 1.0 keeps every token. The whole vocabulary is sorted once per step (static shape:
+    ``ops.top_k`` with a tensor k does not compile), ranks >= k and tokens outside the nucleus are masked, and
+    the noise is indexed as with Python settings, so the same settings give the same tokens whether they are
+    Python numbers or tensors (with ``top_k=None`` / ``top_p=None`` for the tensors' 0 / 1.0). Concrete (eager)
+    tensors are checked here; symbolic ones cannot be (an exported function checks its inputs itself).
+
     Args:
-        temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
-        top_k: None or a positive int.
-        top_p: None or a float in (0, 1].
+        temperature: > 0 (a number), or >= 0 (a scalar tensor, 0 = greedy); below 1 sharpens, above 1 flattens
+            the distribution.
+        top_k: None or a positive int, or a scalar integer tensor (0 = off).
+        top_p: None or a float in (0, 1], or a scalar float tensor in (0, 1] (1.0 = off).
         seed: int or None. :func:`generate`'s ``seed`` argument overrides it per call (and may be a tensor,
             e.g. a signature input). None: a fresh random seed per Python call (per trace when compiled).
 
     Example:
     >>> strategy = Sampling(temperature=0.8, top_p=0.9, seed=42)
     >>> result = generate(next, prompt, max_length=64, strategy=strategy, stop_token_ids=[eos])
+    >>> Sampling(temperature=tf.constant(0.8), top_k=tf.constant(0), top_p=tf.constant(0.9))  # the same tokens
     """
 
     stochastic = True
 
     def __init__(self, temperature=1.0, top_k=None, top_p=None, seed=None):
-        self.temperature = positive_number(temperature, "temperature", what="the softmax temperature")
-        self.top_k = positive_int(top_k, "top_k", allow_none=True, what="the number of tokens kept")
-        if top_p is not None and not (is_number(top_p) and 0 < top_p <= 1):
-            raise ValueError(f"`top_p` must be a probability in (0, 1] (the nucleus mass); received top_p={top_p!r}.")
-        self.top_p = None if top_p is None else float(top_p)
+        self.dynamic = any(_is_tensor(v) for v in (temperature, top_k, top_p))
+        if _is_tensor(temperature):
+            self.temperature = _check_setting(temperature, "temperature", lambda t: np.isfinite(t) and t >= 0,
+                                              "a finite number >= 0 (0: greedy)")
+        else:
+            self.temperature = positive_number(temperature, "temperature", what="the softmax temperature")
+        if _is_tensor(top_k):
+            self.top_k = _check_setting(top_k, "top_k", lambda k: k >= 0, "an integer >= 0 (0: off)", integer=True)
+        else:
+            self.top_k = positive_int(top_k, "top_k", allow_none=True, what="the number of tokens kept")
+        if _is_tensor(top_p):
+            self.top_p = _check_setting(top_p, "top_p", lambda p: 0 < p <= 1, "a probability in (0, 1] (1.0: off)")
+        else:
+            if top_p is not None and not (is_number(top_p) and 0 < top_p <= 1):
+                raise ValueError(
+                    f"`top_p` must be a probability in (0, 1] (the nucleus mass); received top_p={top_p!r}."
+                )
+            self.top_p = None if top_p is None else float(top_p)
         if seed is not None and not is_int(seed):
             raise ValueError(f"`seed` must be an int or None; received seed={seed!r}.")
         self.seed = None if seed is None else int(seed)
@@ -155,6 +179,8 @@ class Sampling(Strategy):
 
     def choose(self, logits, index, seed):
         """(B, V) float32 logits of position ``index`` and the (2,) seed -> (B,) int32 tokens."""
+        if self.dynamic:
+            return self._choose_with_tensor_settings(logits, index, seed)
         logits = logits / self.temperature
         ids = None  # the candidates' token ids (B, K) when filtered
         if self.top_k is not None or self.top_p is not None:
@@ -173,6 +199,61 @@ class Sampling(Strategy):
         if ids is None:
             return choice
         return ops.take_along_axis(ops.cast(ids, "int32"), choice[:, None], axis=1)[:, 0]
+
+    def _choose_with_tensor_settings(self, logits, index, seed):
+        """:meth:`choose` with tensor settings: the whole vocabulary sorted, ranks >= k and tokens outside the
+        nucleus masked (static shapes, so it compiles), the same noise cells as the Python-settings path."""
+        vocab = logits.shape[-1]
+        if vocab is None:
+            raise ValueError("Sampling with tensor settings needs logits with a known vocabulary size (the last axis).")
+        temperature = ops.cast(self.temperature, "float32")
+        greedy = temperature <= 0.0
+        scaled = logits / ops.where(greedy, 1.0, temperature)
+        top_k = ops.convert_to_tensor(0 if self.top_k is None else self.top_k)
+        top_k = ops.cast(top_k, "int32")
+        top_p = ops.cast(1.0 if self.top_p is None else self.top_p, "float32")
+        k = ops.where(top_k > 0, ops.minimum(top_k, vocab), vocab)  # the Python path's K = min(top_k or V, V)
+        use_nucleus = top_p < 1.0
+        filtered = ops.logical_or(top_k > 0, use_nucleus)
+        log_z = ops.logsumexp(scaled, axis=-1, keepdims=True)
+        ranked, ids = ops.top_k(scaled, vocab, sorted=True)  # (B, V), most probable first
+        ids = ops.cast(ids, "int32")
+        rank = ops.arange(vocab, dtype="int32")[None, :]
+        probs = ops.exp(ranked - log_z)
+        # The nucleus (Holtzman et al. 2020, eq. 2): token i stays while the mass before it is below p.
+        in_nucleus = ops.logical_or(ops.logical_not(use_nucleus), ops.cumsum(probs, axis=-1) - probs < top_p)
+        keep = ops.logical_and(rank < k, in_nucleus)  # top-k (Fan et al. 2018): ranks 0 .. k - 1
+        ranked = ops.where(keep, ranked, NEG_INF)
+        # Noise cells as the Python path: (row, rank) in a (B, K) grid when filtered, (row, token) unfiltered.
+        row = ops.arange(ops.shape(logits)[0], dtype="int32")[:, None]
+        cell = ops.where(filtered, row * k + rank, row * vocab + ids)
+        gumbel = -ops.log(-ops.log(_hash_uniform(seed, index, cell)))
+        choice = ops.cast(ops.argmax(ranked + gumbel, axis=-1), "int32")
+        sampled = ops.take_along_axis(ids, choice[:, None], axis=1)[:, 0]
+        return ops.where(greedy, ops.cast(ops.argmax(logits, axis=-1), "int32"), sampled)
+
+
+def _is_tensor(value):
+    """True for a backend tensor or a NumPy array (a setting given as a tensor), False for Python numbers."""
+    return not (value is None or is_number(value)) and hasattr(value, "dtype") and hasattr(value, "shape")
+
+
+def _check_setting(value, name, valid, expected, integer=False):
+    """A scalar tensor setting of :class:`Sampling`; its value is checked when it is concrete (eager)."""
+    if len(value.shape) != 0:
+        raise ValueError(f"`{name}` must be a scalar tensor; received a tensor of shape {tuple(value.shape)}.")
+    kind = keras.backend.standardize_dtype(value.dtype)
+    if integer and "int" not in kind:
+        raise ValueError(f"`{name}` must be an integer tensor; received dtype {kind}.")
+    if not integer and "float" not in kind and "int" not in kind:
+        raise ValueError(f"`{name}` must be a number tensor; received dtype {kind}.")
+    try:
+        concrete = np.asarray(ops.convert_to_numpy(value)).item()
+    except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error): checked by the caller
+        return value
+    if not valid(concrete):
+        raise ValueError(f"`{name}` must be {expected}; received {name}={concrete!r}.")
+    return value
 
 
 def _mix(x, y, z, w):
@@ -200,6 +281,11 @@ def uniform_noise(seed, index, rows, columns):
         float32 (B, K).
     """
     cell = ops.reshape(ops.arange(rows * columns, dtype="int32"), (-1, columns))  # row * K + column
+    return _hash_uniform(seed, index, cell)
+
+
+def _hash_uniform(seed, index, cell):
+    """:func:`uniform_noise` of explicit cells: ``cell`` int32 (any shape) -> float32 of its shape."""
     x, y, z, w = seed[0], seed[1], ops.cast(index, "uint32"), ops.cast(cell, "uint32")
     a, c = ops.convert_to_tensor(np.uint32(1664525)), ops.convert_to_tensor(np.uint32(1013904223))
     x, y, z, w = _mix(x * a + c, y * a + c, z * a + c, w * a + c)
@@ -258,6 +344,7 @@ _STRATEGIES = {
     "greedy": GreedySearch,
     "beam": lambda: BeamSearch(),
     "random": lambda: Sampling(),
+    "sample": lambda: Sampling(),
     "top_k": lambda: Sampling(top_k=5),
     "top_p": lambda: Sampling(top_p=0.9),
 }
@@ -283,7 +370,7 @@ def get_strategy(identifier):
     """A decoding strategy from a name, a :class:`Strategy` or a keras-hub sampler.
 
     Args:
-        identifier: "greedy", "beam" (k = 4), "random", "top_k" (k = 5), "top_p" (p = 0.9); a
+        identifier: "greedy", "beam" (k = 4), "random" or "sample", "top_k" (k = 5), "top_p" (p = 0.9); a
             :class:`Strategy`; or a ``keras_hub.samplers`` ``GreedySampler``, ``RandomSampler``,
             ``TopKSampler`` or ``TopPSampler``, translated to the equivalent strategy (same temperature, k, p
             and seed). Other keras-hub samplers (beam, contrastive, subclasses with their own token rule) are
@@ -313,7 +400,7 @@ def get_strategy(identifier):
             )
         return strategy
     raise ValueError(
-        "`strategy` must be a name (greedy, beam, random, top_k, top_p), an attnlayers.decoding.Strategy or a "
+        "`strategy` must be a name (greedy, beam, random, sample, top_k, top_p), an attnlayers.decoding.Strategy or a "
         f"keras_hub.samplers sampler; received strategy={identifier!r}."
     )
 
@@ -392,6 +479,56 @@ def _check_stop_token_ids(stop_token_ids):
     return tuple(int(s) for s in stop_token_ids)
 
 
+def _check_stop_sequences(stop_sequences):
+    """``stop_sequences`` as a right-aligned (S, M) int32 array, -1 before the shorter ones (ids are >= 0, so
+    -1 never matches: it marks "no token here"), or None."""
+    if stop_sequences is None:
+        return None
+    error = ValueError(
+        "`stop_sequences` must be None or a list of non-empty lists of token ids (ints >= 0); received "
+        f"stop_sequences={stop_sequences!r}."
+    )
+    if not isinstance(stop_sequences, (list, tuple)):
+        raise error
+    sequences = []
+    for sequence in stop_sequences:
+        if isinstance(sequence, np.ndarray):
+            sequence = sequence.tolist()
+        if not isinstance(sequence, (list, tuple)) or not sequence or not all(is_int(t) and t >= 0 for t in sequence):
+            raise error
+        sequences.append([int(t) for t in sequence])
+    if not sequences:
+        return None
+    width = max(len(s) for s in sequences)
+    table = np.full((len(sequences), width), -1, "int32")
+    for i, sequence in enumerate(sequences):
+        table[i, width - len(sequence):] = sequence
+    return table
+
+
+def _ends_with_stop_sequence(tokens, given, index, sequences):
+    """Whether the generated tokens up to position ``index`` end with one of the stop sequences.
+
+    Args:
+        tokens: int32 (..., L) with position ``index`` written. given: bool broadcastable to ``tokens``, True at
+            prompt positions (a stop sequence must lie in the generated tokens). index: scalar int32 tensor.
+        sequences: (S, M) int32 from :func:`_check_stop_sequences` (right-aligned, -1 before shorter ones).
+
+    Returns:
+        bool (...,).
+    """
+    width = sequences.shape[1]
+    positions = index - (width - 1) + ops.arange(width, dtype="int32")  # the window ending at `index`
+    inside = positions >= 0
+    positions = ops.maximum(positions, 0)
+    window = ops.expand_dims(ops.take(tokens, positions, axis=-1), -2)  # (..., 1, M)
+    generated = ops.expand_dims(ops.logical_and(ops.logical_not(ops.take(given, positions, axis=-1)), inside), -2)
+    table = ops.convert_to_tensor(sequences)  # (S, M)
+    used = table >= 0
+    same = ops.logical_and(ops.equal(window, table), generated)
+    return ops.any(ops.all(ops.logical_or(same, ops.logical_not(used)), axis=-1), axis=-1)
+
+
 def generate(
     next,
     prompt,
@@ -404,6 +541,8 @@ def generate(
     stop_token_ids=None,
     pad_token_id=0,
     seed=None,
+    max_new_tokens=None,
+    stop_sequences=None,
 ):
     """Generates token sequences from a step function, with fixed shapes inside ``ops.while_loop``.
 
@@ -433,6 +572,12 @@ def generate(
         pad_token_id: written after the end of each sequence.
         seed: overrides the strategy's seed for this call (sampling only): an int, a scalar integer tensor or
             a (2,) integer tensor (e.g. an input of a compiled or exported function).
+        max_new_tokens: None, an int >= 1 or a scalar integer tensor (e.g. a signature input): a row is
+            finished once it has generated this many tokens (after its own prompt); the loop still has the
+            static length L. Greedy search and sampling only (beam search: set ``max_length``).
+        stop_sequences: None or a list of non-empty lists of token ids: a row is finished when its generated
+            tokens (its prompt excluded) end with one of them; they are kept, as a stop token is. A sequence of
+            one token is a stop token. Checked in the loop on a fixed window (static shapes, XLA-friendly).
 
     Returns:
         A :class:`DecodeResult` (``tokens``, ``scores``, ``log_probs``, ``lengths``): shapes (B, L) and (B,),
@@ -452,7 +597,18 @@ def generate(
     """
     strategy = get_strategy(strategy)
     stop_token_ids = _check_stop_token_ids(stop_token_ids)
+    stop_sequences = _check_stop_sequences(stop_sequences)
     max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
+    if max_new_tokens is not None:
+        if isinstance(strategy, BeamSearch):
+            raise ValueError(
+                "`max_new_tokens` is for greedy search and sampling; beam search stops at `max_length` (set it to "
+                f"the prompt length + the new tokens). Received max_new_tokens={max_new_tokens!r} with {strategy!r}."
+            )
+        if _is_tensor(max_new_tokens):
+            _check_setting(max_new_tokens, "max_new_tokens", lambda n: n >= 1, "an integer >= 1", integer=True)
+        else:
+            positive_int(max_new_tokens, "max_new_tokens", what="the most tokens generated per row")
     prompt = ops.convert_to_tensor(prompt)
     if len(prompt.shape) == 1:
         prompt = ops.expand_dims(prompt, 1)
@@ -501,13 +657,17 @@ def generate(
 
     if isinstance(strategy, BeamSearch):
         return _beam_search(next, strategy, prompt, mask, given_lengths, cache, index, max_length, stop_token_ids,
-                            pad)
+                            pad, stop_sequences)
     seed = strategy.initial_seed(seed) if strategy.stochastic else None
-    return _one_token_search(next, strategy, prompt, mask, cache, index, max_length, stop_token_ids, pad, seed)
+    limit = None if max_new_tokens is None else given_lengths + ops.cast(max_new_tokens, "int32")  # (B,)
+    return _one_token_search(next, strategy, prompt, mask, cache, index, max_length, stop_token_ids, pad, seed,
+                             stop_sequences, limit)
 
 
-def _one_token_search(next, strategy, tokens, given, cache, index, max_length, stop_token_ids, pad, seed):
-    """Greedy search and sampling: one token per row and step, chosen by ``strategy.choose``."""
+def _one_token_search(next, strategy, tokens, given, cache, index, max_length, stop_token_ids, pad, seed,
+                      stop_sequences=None, limit=None):
+    """Greedy search and sampling: one token per row and step, chosen by ``strategy.choose``; a row also
+    stops at a stop sequence, or at position ``limit`` (B,) (its prompt length + ``max_new_tokens``)."""
     batch = ops.shape(tokens)[0]
     state = {
         "tokens": tokens,
@@ -533,8 +693,14 @@ def _one_token_search(next, strategy, tokens, given, cache, index, max_length, s
         generated = ops.logical_not(ops.logical_or(forced, finished))
         log_probs = state["log_probs"] + ops.where(generated, log_p, 0.0)
         stopped = ops.logical_and(generated, _is_stop(token, stop_token_ids))
+        tokens = _write(tokens, index, token)
+        if stop_sequences is not None:
+            hit = _ends_with_stop_sequence(tokens, given, index, stop_sequences)
+            stopped = ops.logical_or(stopped, ops.logical_and(generated, hit))
+        if limit is not None:
+            stopped = ops.logical_or(stopped, ops.logical_and(generated, index + 1 >= limit))
         return {
-            "tokens": _write(tokens, index, token),
+            "tokens": tokens,
             "cache": cache,
             "index": index + 1,
             "finished": ops.logical_or(finished, stopped),
@@ -547,7 +713,8 @@ def _one_token_search(next, strategy, tokens, given, cache, index, max_length, s
     return DecodeResult(state["tokens"], state["log_probs"], state["log_probs"], state["end"])
 
 
-def _beam_search(next, strategy, tokens, given, given_lengths, cache, index, max_length, stop_token_ids, pad):
+def _beam_search(next, strategy, tokens, given, given_lengths, cache, index, max_length, stop_token_ids, pad,
+                 stop_sequences=None):
     k, t, alpha = strategy.num_beams, strategy.num_return, strategy.alpha
     batch = ops.shape(tokens)[0]
 
@@ -598,7 +765,13 @@ def _beam_search(next, strategy, tokens, given, given_lengths, cache, index, max
         top_scores, top_ids = ops.top_k(candidates, num, sorted=True)  # (B, 2k), best first
         top_scores, top_ids = rows(top_scores, num), rows(ops.cast(top_ids, "int32"), num)
         parents, next_tokens = top_ids // vocab, top_ids % vocab
-        is_stop = ops.logical_and(_is_stop(next_tokens, stop_token_ids), ops.logical_not(forced)[:, None])
+        parent_tokens = rows(take_rows(flat_tokens, parents), num, max_length)  # (B, 2k, L)
+        candidate_tokens = ops.where(positions == index, next_tokens[..., None], parent_tokens)
+        is_stop = _is_stop(next_tokens, stop_token_ids)
+        if stop_sequences is not None:
+            hit = _ends_with_stop_sequence(candidate_tokens, given[:, None, :], index, stop_sequences)
+            is_stop = ops.logical_or(is_stop, hit)
+        is_stop = ops.logical_and(is_stop, ops.logical_not(forced)[:, None])
         real = top_scores > NEG_INF / 2
 
         # Finished candidates: end in a stop token and rank among the k best (the beam proper).
@@ -607,8 +780,6 @@ def _beam_search(next, strategy, tokens, given, given_lengths, cache, index, max
         generated = ops.maximum(index + 1 - given_lengths, 1)  # (B,) |Y| of a hypothesis finishing now
         normalised = top_scores / length_penalty(generated, alpha)[:, None]
         new_scores = ops.where(finishing, normalised, NEG_INF)
-        parent_tokens = rows(take_rows(flat_tokens, parents), num, max_length)  # (B, 2k, L)
-        candidate_tokens = ops.where(positions == index, next_tokens[..., None], parent_tokens)
         merged_scores = ops.concatenate([state["fin_scores"], new_scores], axis=1)
         fin_scores, best = ops.top_k(merged_scores, t, sorted=True)
         best = ops.cast(best, "int32")

@@ -15,8 +15,8 @@ backend when exporting.
 import keras
 import tensorflow as tf
 
-from attnlayers.decoding import generate, get_strategy
-from attnlayers.validation import positive_int
+from attnlayers.decoding import GreedySearch, Sampling, _check_stop_sequences, generate, get_strategy
+from attnlayers.validation import one_of, positive_int, string_list
 
 
 def _variables(track):
@@ -57,6 +57,62 @@ def _text_of(token_ids, prompt_lengths, lengths, stop_token_ids, tokenizer):
     return tf.reshape(tf.convert_to_tensor(text), shape[:-1])
 
 
+def _literal(text):
+    """An RE2 pattern matching ``text`` literally: every character as ``\\x{code point}``."""
+    return "".join(f"\\x{{{ord(character):x}}}" for character in text)
+
+
+def cut_at_stop_strings(text, stop_strings):
+    """Strings cut before the first occurrence of any of ``stop_strings`` (TensorFlow ops, any shape).
+
+    One leftmost regular-expression match of the stop strings (written literally) followed by ``\\C*`` (any
+    bytes: the text may end inside a UTF-8 character), replaced by nothing.
+
+    Args:
+        text: a tf.string tensor. stop_strings: a list of non-empty Python strings.
+
+    Returns:
+        A tf.string tensor of the shape of ``text``.
+    """
+    if not stop_strings:
+        return text
+    pattern = "(?:" + "|".join(_literal(s) for s in stop_strings) + r")\C*"
+    return tf.strings.regex_replace(text, pattern, "", replace_global=False)
+
+
+def _check_stop_strings(stop_strings, tokenizer):
+    stop_strings = string_list(stop_strings, "stop_strings")
+    if stop_strings and tokenizer is None:
+        raise ValueError("`stop_strings` needs a `tokenizer` (they are tokenized, and the text output is cut).")
+    return stop_strings
+
+
+def _stop_sequences_of(stop_strings, tokenizer):
+    """Each stop string's token ids (eager), as :func:`attnlayers.decoding.generate`'s ``stop_sequences``."""
+    sequences = []
+    for text in stop_strings:
+        ids = tokenizer.tokenize(tf.constant([text]))
+        if isinstance(ids, tf.RaggedTensor):
+            while ids.ragged_rank > 1:
+                ids = ids.merge_dims(1, 2)
+            ids = ids[0]
+        else:
+            ids = tf.reshape(ids, (-1,))
+        sequences.append([int(i) for i in ids.numpy().ravel()])
+    return [s for s in sequences if s]
+
+
+def _left_fit(token_ids, padding_mask, input_length, pad_token_id):
+    """Right-padded prompts (B, P) -> (B, input_length): the last ``input_length`` tokens of each prompt."""
+    lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), axis=1)
+    extra = tf.maximum(input_length - tf.shape(token_ids)[1], 0)
+    token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
+    positions = tf.maximum(lengths - input_length, 0)[:, None] + tf.range(input_length)[None, :]
+    padding_mask = positions < lengths[:, None]
+    token_ids = tf.where(padding_mask, tf.gather(token_ids, positions, batch_dims=1), pad_token_id)
+    return token_ids, padding_mask
+
+
 class _GenerateModule(tf.Module):
     def __init__(self, variables, tokenizer):
         super().__init__(name="attnlayers_generate")
@@ -79,6 +135,11 @@ def export_generate(
     input_length=None,
     source_spec=None,
     jit_compile=True,
+    settings=False,
+    stop_sequences=None,
+    stop_strings=None,
+    truncation="right",
+    require_tokens=False,
 ):
     """Writes a SavedModel whose ``generate`` signature runs the decoding loop (or, with ``path=None``, builds
     the module without saving it).
@@ -111,6 +172,23 @@ def export_generate(
             ``tf.TensorSpec((None, 64, 64, 3), tf.uint8, name="images")``): the signature then takes that one
             tensor (named after the spec) and ``prepare(source)`` turns it into the decoding's inputs.
         jit_compile: compile the decoding loop with XLA.
+        settings: False, or True: sampling whose settings are signature inputs (one compiled loop for every
+            setting): ``temperature`` float32 () (0: greedy search), ``top_k`` int32 () (0: off), ``top_p``
+            float32 () (1.0: off), ``seed`` int32 () and ``max_new_tokens`` int32 () (a row stops after that
+            many generated tokens; the loop keeps its static ``max_length``, so a value >= L means no limit).
+            Invalid values fail a ``tf.debugging`` assertion naming the input. ``strategy`` must then be left
+            "greedy" or be a :class:`~attnlayers.decoding.Sampling` (its settings are replaced by the inputs).
+        stop_sequences: None or lists of token ids, fixed at export: a row stops when its generated tokens end
+            with one of them (:func:`~attnlayers.decoding.generate`'s ``stop_sequences``).
+        stop_strings: None or strings, fixed at export (needs a ``tokenizer``): each is tokenized into a stop
+            sequence, and the ``text`` output is cut before the first occurrence of any of them. A tokenizer may
+            spell a stop string with other tokens in context (BPE merges across its boundary): the text is still
+            cut at it, the row only runs on (to another stop or the length limit).
+        truncation: "right" (inputs longer than ``input_length`` lose their last tokens) or "left" (they keep
+            their last ``input_length`` tokens, what a language model continues; the outputs then include
+            ``truncated`` bool (B,), True where a prompt lost tokens). Inputs are right-padded prompts.
+        require_tokens: assert that every prompt holds a token (an empty text or an all-False ``padding_mask``
+            row fails a ``tf.debugging`` assertion naming the input), for models that continue the prompt.
 
     Returns:
         The ``tf.Module`` that was saved (or only built, when ``path`` is None); its ``generate`` method runs in
@@ -120,11 +198,12 @@ def export_generate(
     inputs by keyword or in this order):
         inputs: ``token_ids`` int32 (B, P) and ``padding_mask`` bool (B, P) (right-padded prompts); with a
             tokenizer, ``text`` string (B,) instead; with ``source_spec``, that tensor instead; then ``seed``
-            int32 () for sampling strategies.
+            int32 () for sampling strategies; with ``settings``, ``temperature``, ``top_k``, ``top_p``, ``seed``,
+            ``max_new_tokens`` instead.
         outputs (a dict): ``token_ids`` int32 (B, L), ``scores`` / ``log_probs`` float32 (B,), ``lengths``
             int32 (B,); with :class:`~attnlayers.decoding.BeamSearch`, (B, t, L) and (B, t). With a tokenizer,
             also ``text`` string (B,) or (B, t): the detokenized generated tokens (prompt, stop token and
-            padding left out).
+            padding left out, cut before a stop string). With ``truncation="left"``, also ``truncated``.
 
     Example:
     >>> export_generate("/tmp/gpt", lm_next, 64, BeamSearch(4, 2), track=[embedding, decoder],
@@ -162,18 +241,33 @@ def export_generate(
             "`tokenizer` must have `tokenize(strings)` and `detokenize(token_ids)` methods built from TensorFlow "
             f"ops; received {tokenizer!r}."
         )
+    truncation = one_of(truncation, "truncation", ("right", "left"))
     strategy = get_strategy(strategy)
+    if settings and not isinstance(strategy, (Sampling, GreedySearch)):
+        raise ValueError(
+            "`settings=True` samples with the signature's temperature / top_k / top_p (temperature 0: greedy): "
+            f"`strategy` must be 'greedy' or a Sampling; received strategy={strategy!r}."
+        )
+    stop_strings = _check_stop_strings(stop_strings, tokenizer)
+    sequences = list(stop_sequences or [])
+    _check_stop_sequences(sequences or None)
+    sequences += _stop_sequences_of(stop_strings, tokenizer) if stop_strings else []
     prepare = prepare or _default_prepare
     stops = () if stop_token_ids is None else tuple(
         [stop_token_ids] if isinstance(stop_token_ids, int) else stop_token_ids
     )
     if tokenizer is not None and input_length is None:
         input_length = max_length
-    stochastic = strategy.stochastic
+    if truncation == "left" and (input_length is None or source_spec is not None):
+        raise ValueError(
+            '`truncation="left"` keeps the last `input_length` tokens of each prompt: it needs token ids or text '
+            f"inputs and an `input_length`; received input_length={input_length!r}, source_spec={source_spec!r}."
+        )
+    stochastic = settings or strategy.stochastic
     module = _GenerateModule(_variables(track), tokenizer)
 
     @tf.function(jit_compile=jit_compile, autograph=False)
-    def decode(source, seed):  # source: (token_ids, padding_mask), or (the source_spec tensor,)
+    def decode(source, seed, values):  # source: (token_ids, padding_mask) or (the source_spec tensor,)
         inputs = prepare(*source)
         if not isinstance(inputs, dict) or "prompt" not in inputs:
             raise ValueError(
@@ -184,35 +278,75 @@ def export_generate(
         prompt_mask = inputs.get("prompt_mask")
         if prompt_mask is None:
             prompt_mask = tf.ones_like(prompt, dtype=tf.bool)
+        chosen, max_new_tokens = strategy, None
+        if values is not None:
+            temperature, top_k, top_p, max_new_tokens = values
+            chosen = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
         result = generate(
-            next, prompt, max_length, strategy, cache=inputs.get("cache"), prompt_mask=prompt_mask,
+            next, prompt, max_length, chosen, cache=inputs.get("cache"), prompt_mask=prompt_mask,
             stop_token_ids=stops, pad_token_id=pad_token_id, seed=seed if stochastic else None,
+            max_new_tokens=max_new_tokens, stop_sequences=sequences or None,
         )
         prompt_lengths = tf.reduce_sum(tf.cast(prompt_mask, tf.int32), axis=1)
         return result, prompt_lengths
 
-    def fit(token_ids, padding_mask):
+    def checked(values):
+        """The settings after assertions naming the input that is out of range."""
+        if values is None:
+            return None
+        temperature, top_k, top_p, max_new_tokens = values
+        checks = [
+            tf.debugging.assert_all_finite(temperature, "`temperature` must be a finite number >= 0 (0: greedy)"),
+            tf.debugging.assert_greater_equal(temperature, 0.0,
+                                              message="`temperature` must be a finite number >= 0 (0: greedy)"),
+            tf.debugging.assert_greater_equal(top_k, 0, message="`top_k` must be an integer >= 0 (0: off)"),
+            tf.debugging.assert_greater(top_p, 0.0, message="`top_p` must be a probability in (0, 1] (1.0: off)"),
+            tf.debugging.assert_less_equal(top_p, 1.0,
+                                           message="`top_p` must be a probability in (0, 1] (1.0: off)"),
+            tf.debugging.assert_greater_equal(max_new_tokens, 1,
+                                              message="`max_new_tokens` must be an integer >= 1"),
+        ]
+        with tf.control_dependencies(checks):
+            return tuple(tf.identity(v) for v in values)
+
+    def fit(token_ids, padding_mask, name):
+        """The inputs at ``input_length`` (truncated as asked), and whether each row was truncated."""
+        lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), axis=1)
+        if require_tokens:
+            check = tf.debugging.assert_positive(
+                lengths, message=f"`{name}`: every prompt needs at least one token; a row is empty")
+            with tf.control_dependencies([check]):
+                token_ids = tf.identity(token_ids)
         if input_length is None:
-            return token_ids, padding_mask
-        token_ids, padding_mask = token_ids[:, :input_length], padding_mask[:, :input_length]
-        extra = input_length - tf.shape(token_ids)[1]
-        token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
-        padding_mask = tf.pad(padding_mask, [[0, 0], [0, extra]], constant_values=False)
-        return tf.ensure_shape(token_ids, (None, input_length)), tf.ensure_shape(padding_mask, (None, input_length))
+            return token_ids, padding_mask, tf.zeros_like(lengths, tf.bool)
+        truncated = lengths > input_length
+        if truncation == "left":
+            token_ids, padding_mask = _left_fit(token_ids, padding_mask, input_length, pad_token_id)
+        else:
+            token_ids, padding_mask = token_ids[:, :input_length], padding_mask[:, :input_length]
+            extra = input_length - tf.shape(token_ids)[1]
+            token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
+            padding_mask = tf.pad(padding_mask, [[0, 0], [0, extra]], constant_values=False)
+        token_ids = tf.ensure_shape(token_ids, (None, input_length))
+        return token_ids, tf.ensure_shape(padding_mask, (None, input_length)), truncated
 
-    def outputs(result):
+    def outputs(result, truncated=None):
         result, _ = result
-        return {"token_ids": result.tokens, "scores": result.scores, "log_probs": result.log_probs,
-                "lengths": result.lengths}
+        out = {"token_ids": result.tokens, "scores": result.scores, "log_probs": result.log_probs,
+               "lengths": result.lengths}
+        if truncation == "left":
+            out["truncated"] = truncated
+        return out
 
-    def from_ids(token_ids, padding_mask, seed):
-        token_ids, padding_mask = fit(tf.cast(token_ids, tf.int32), tf.cast(padding_mask, tf.bool))
-        return outputs(decode((token_ids, padding_mask), seed))
+    def from_ids(token_ids, padding_mask, seed, values=None):
+        token_ids, padding_mask, truncated = fit(tf.cast(token_ids, tf.int32), tf.cast(padding_mask, tf.bool),
+                                                 "padding_mask")
+        return outputs(decode((token_ids, padding_mask), seed, checked(values)), truncated)
 
-    def from_source(source, seed):
-        return outputs(decode((source,), seed))
+    def from_source(source, seed, values=None):
+        return outputs(decode((source,), seed, checked(values)))
 
-    def from_text(text, seed):
+    def from_text(text, seed, values=None):
         ids = tokenizer.tokenize(text)
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
@@ -221,10 +355,11 @@ def export_generate(
         ids = tf.cast(ids, tf.int32)
         token_ids = ids.to_tensor(default_value=pad_token_id)
         padding_mask = tf.sequence_mask(ids.row_lengths(), tf.shape(token_ids)[1])
-        token_ids, padding_mask = fit(token_ids, padding_mask)
-        result = decode((token_ids, padding_mask), seed)
-        out = outputs(result)
-        out["text"] = _text_of(out["token_ids"], result[1], out["lengths"], stops, tokenizer)
+        token_ids, padding_mask, truncated = fit(token_ids, padding_mask, "text")
+        result = decode((token_ids, padding_mask), seed, checked(values))
+        out = outputs(result, truncated)
+        text = _text_of(out["token_ids"], result[1], out["lengths"], stops, tokenizer)
+        out["text"] = cut_at_stop_strings(text, stop_strings)
         return out
 
     # One function per input set, with named parameters (no *args): the module and the loaded SavedModel then
@@ -233,7 +368,19 @@ def export_generate(
                 tf.TensorSpec((None, None), tf.bool, name="padding_mask")]
     text_spec = [tf.TensorSpec((None,), tf.string, name="text")]
     seed_spec = [tf.TensorSpec((), tf.int32, name="seed")]
-    if source_spec is not None and stochastic:
+    settings_spec = [tf.TensorSpec((), tf.float32, name="temperature"), tf.TensorSpec((), tf.int32, name="top_k"),
+                     tf.TensorSpec((), tf.float32, name="top_p"), tf.TensorSpec((), tf.int32, name="seed"),
+                     tf.TensorSpec((), tf.int32, name="max_new_tokens")]
+    if settings and source_spec is not None:
+        def serve(source, temperature, top_k, top_p, seed, max_new_tokens):
+            return from_source(source, seed, (temperature, top_k, top_p, max_new_tokens))
+    elif settings and tokenizer is None:
+        def serve(token_ids, padding_mask, temperature, top_k, top_p, seed, max_new_tokens):
+            return from_ids(token_ids, padding_mask, seed, (temperature, top_k, top_p, max_new_tokens))
+    elif settings:
+        def serve(text, temperature, top_k, top_p, seed, max_new_tokens):
+            return from_text(text, seed, (temperature, top_k, top_p, max_new_tokens))
+    elif source_spec is not None and stochastic:
         def serve(source, seed):
             return from_source(source, seed)
     elif source_spec is not None:
@@ -252,7 +399,7 @@ def export_generate(
         def serve(text):
             return from_text(text, tf.constant(0))
     signature = ([source_spec] if source_spec is not None else ids_spec if tokenizer is None else text_spec)
-    signature += seed_spec if stochastic else []
+    signature += settings_spec if settings else seed_spec if stochastic else []
     function = tf.function(serve, input_signature=signature, autograph=False)
 
     module.generate = function

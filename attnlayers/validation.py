@@ -100,3 +100,15 @@ def check_feature_size(shape, expected, name, built_with="the size the layer was
         raise ValueError(
             f"`{name}` must have last axis {expected} ({built_with}); received shape {format_shape(shape)}."
         )
+
+
+def string_list(value, name):
+    """``value`` (None, or a list / tuple of non-empty strings) as a list ([] for None); else a ValueError naming
+    ``name`` (a single string is refused: it would be read as its characters)."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(
+        isinstance(s, str) and s for s in value
+    ):
+        raise ValueError(f"`{name}` must be None or a list of non-empty strings; received {name}={value!r}.")
+    return list(value)

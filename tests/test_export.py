@@ -215,3 +215,60 @@ def test_path_none_builds_the_module_without_saving(tmp_path, monkeypatch):
     np.testing.assert_array_equal(loaded.first_token(ids, mask), IDS[:, :1])
     served_first = list(loaded.signatures["first_token"](token_ids=ids, padding_mask=mask).values())[0]
     np.testing.assert_array_equal(served_first, IDS[:, :1])
+
+
+def test_settings_stop_sequences_and_left_truncation_on_token_ids():
+    """settings=True on token ids (built with path=None, run in-process): the sampling settings, seed and
+    max_new_tokens are inputs of one compiled loop and give generate()'s tokens for the same Python settings;
+    stop sequences stop rows; left truncation keeps each prompt's last tokens and flags it; empty prompts and
+    settings out of range fail assertions naming the input."""
+    keras.utils.set_random_seed(4)
+    lm = tiny_gpt()
+    width = 3
+    stop = [[7, 7]]
+    module = export_generate(None, lm.next, LENGTH, track=lm, prepare=prepare(lm), stop_token_ids=[END],
+                             settings=True, stop_sequences=stop, input_length=width, truncation="left",
+                             require_tokens=True)
+    ids = np.array([[4, 5, 6, 9, 10], [7, 0, 0, 0, 0]], "int32")  # row 0 is 5 tokens long: its last 3 are kept
+    fed = np.array([[6, 9, 10], [7, 0, 0]], "int32")
+
+    def call(temperature, top_k, top_p, seed, max_new_tokens, token_ids=ids):
+        return module.generate(token_ids=tf.constant(token_ids), padding_mask=tf.constant(token_ids != 0),
+                               temperature=tf.constant(temperature), top_k=tf.constant(top_k),
+                               top_p=tf.constant(top_p), seed=tf.constant(seed),
+                               max_new_tokens=tf.constant(max_new_tokens))
+
+    for settings, strategy in [((0.0, 0, 1.0), "greedy"), ((1.5, 4, 1.0), Sampling(1.5, top_k=4)),
+                               ((1.0, 0, 0.9), Sampling(top_p=0.9))]:
+        out = call(*settings, SEED, 100)
+        expected = generate(lm.next, fed, LENGTH, strategy, cache=lm.initial_cache(fed, fed != 0, LENGTH),
+                            prompt_mask=fed != 0, stop_token_ids=[END], seed=SEED, stop_sequences=stop)
+        np.testing.assert_array_equal(out["token_ids"].numpy(), np.asarray(expected.tokens), err_msg=str(settings))
+        np.testing.assert_array_equal(out["lengths"].numpy(), np.asarray(expected.lengths))
+        assert out["truncated"].numpy().tolist() == [True, False]
+    unlimited = call(1.5, 0, 1.0, SEED, 100)["lengths"].numpy()
+    lengths = call(1.5, 0, 1.0, SEED, 2)["lengths"].numpy()
+    # Each row stops after 2 new tokens (its prompt: 3 and 1 tokens), or earlier where it stopped anyway.
+    np.testing.assert_array_equal(lengths, np.minimum(unlimited, [width + 2, 1 + 2]))
+    for values, name in [((-1.0, 0, 1.0, 0, 5), "temperature"), ((1.0, -2, 1.0, 0, 5), "top_k"),
+                         ((1.0, 0, 0.0, 0, 5), "top_p"), ((1.0, 0, 1.0, 0, 0), "max_new_tokens")]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"`{name}`"):
+            call(*values)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`padding_mask`.*empty"):
+        call(0.0, 0, 1.0, 0, 5, token_ids=np.array([[4, 5], [0, 0]], "int32"))
+
+
+def test_bad_settings_arguments():
+    def step(t, c, i):
+        return t, c
+
+    with pytest.raises(ValueError, match=r"settings=True.*strategy.*BeamSearch"):
+        export_generate(None, step, 4, BeamSearch(2), settings=True)
+    with pytest.raises(ValueError, match=r"truncation=\"left\".*input_length=None"):
+        export_generate(None, step, 4, truncation="left")
+    with pytest.raises(ValueError, match=r"truncation.*'middle'"):
+        export_generate(None, step, 4, truncation="middle")
+    with pytest.raises(ValueError, match=r"stop_strings.*needs a `tokenizer`"):
+        export_generate(None, step, 4, stop_strings=["\n"])
+    with pytest.raises(ValueError, match=r"stop_sequences"):
+        export_generate(None, step, 4, stop_sequences=[[]])

@@ -10,7 +10,8 @@ from attnlayers.export import export_generate
 
 
 def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=None, input_length=None,
-                     source_spec=None, jit_compile=True):
+                     source_spec=None, jit_compile=True, settings=False, stop_sequences=None, stop_strings=None,
+                     truncation="right", require_tokens=False):
     """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`),
     or with ``path=None`` builds the module without saving it (to attach it to a larger module saved once).
 
@@ -29,6 +30,9 @@ def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=No
         source_spec: a ``tf.TensorSpec`` for a source other than token ids (a captioner's images): the
             signature takes that tensor and passes it to ``model.generation_inputs``.
         jit_compile: compile the encoder and the decoding loop with XLA.
+        settings, stop_sequences, stop_strings, truncation, require_tokens: as in
+            :func:`attnlayers.export.export_generate` (sampling settings as signature inputs, stop sequences and
+            strings fixed at export, left truncation of long prompts, empty prompts refused).
 
     Returns:
         The saved (or, with ``path=None``, built) ``tf.Module``; its ``generate`` runs in this process too.
@@ -41,5 +45,7 @@ def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=No
     return export_generate(
         path, model.next, max_length, strategy, track=model, prepare=prepare,
         stop_token_ids=list(model.stop_token_ids), pad_token_id=model.pad_token_id, tokenizer=tokenizer,
-        input_length=input_length, source_spec=source_spec, jit_compile=jit_compile,
+        input_length=input_length, source_spec=source_spec, jit_compile=jit_compile, settings=settings,
+        stop_sequences=stop_sequences, stop_strings=stop_strings, truncation=truncation,
+        require_tokens=require_tokens,
     )

@@ -106,7 +106,7 @@ class GenerativeModel(keras.Model):
         return int(max_length)
 
     def generate(self, inputs, max_length=None, strategy="greedy", seed=None, padding_mask=None, *,
-                 stop_token_ids="auto"):
+                 stop_token_ids="auto", max_new_tokens=None, stop_sequences=None):
         """Generates token ids with :func:`attnlayers.decoding.generate`.
 
         Args:
@@ -119,6 +119,9 @@ class GenerativeModel(keras.Model):
             padding_mask: (B, P) bool, True at real tokens of right-padded inputs (decoder-only prompts).
             stop_token_ids: "auto" (the model's ``stop_token_ids``: ``end_token_id``), None (never stop early:
                 run every row to ``max_length``) or an int / a list of ids.
+            max_new_tokens: None or an int >= 1 (or a scalar integer tensor): each row stops after generating
+                this many tokens (greedy search and sampling).
+            stop_sequences: None or lists of token ids: a row stops when its generated tokens end with one.
 
         Returns:
             A :class:`~attnlayers.decoding.DecodeResult`: ``tokens`` (B, L) (beam search: (B, t, L)) that
@@ -137,7 +140,7 @@ class GenerativeModel(keras.Model):
         return _generate(
             self.next, prepared["prompt"], max_length, strategy, cache=prepared.get("cache"),
             prompt_mask=prepared.get("prompt_mask"), stop_token_ids=stop_token_ids,
-            pad_token_id=self.pad_token_id, seed=seed,
+            pad_token_id=self.pad_token_id, seed=seed, max_new_tokens=max_new_tokens, stop_sequences=stop_sequences,
         )
 
     def get_config(self):

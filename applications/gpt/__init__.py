@@ -11,7 +11,9 @@ GenerativeModel, so `attnlayers.applications.core.export.export_generator` expor
 `keras_hub_weights` (a GPT from a keras-hub GPT2Backbone: same sizes, same weights), `checkpoint`
 (load_hf_checkpoint / save_hf_checkpoint: Hugging Face GPT-2 directories, config.json + model.safetensors),
 `llama_checkpoint` (the same for the LLaMA-style GPT and LlamaForCausalLM files), `tokenizer` (GPT2Tokenizer,
-GPT-2's byte-level BPE, and train_byte_level_bpe; TensorFlow, imported on first use).
+GPT-2's byte-level BPE, and train_byte_level_bpe; TensorFlow, imported on first use), `data` (documents -> token
+stream -> windows of L + 1 tokens -> (x, y, padding-mask weight) batches; the unigram baseline) and `recipes`
+(TrainingSettings, run_training: the training recipe of examples/train_gpt.py; import them as modules).
 GPTConfig.preset("small" | "medium" | "large" | "xl") gives GPT-2's sizes (GPT_PRESETS, plus a "tiny" test size);
 config.parameter_count() their closed-form parameter count.
 """
@@ -24,11 +26,14 @@ from .model import GPT, GPT_PRESETS, GPTConfig, gelu_approximate
 # `tokenizer` (GPT2Tokenizer: GPT-2's byte-level BPE in TensorFlow ops; train_byte_level_bpe) needs TensorFlow:
 # imported on first use, so the model imports without TensorFlow (the JAX backend on GPUs).
 _TOKENIZER_NAMES = ("END_OF_TEXT", "GPT2Tokenizer", "pretokenize", "train_byte_level_bpe")
+# Text generation (`generation`: generate_text with stop strings) and its SavedModel (`export`: export_gpt, strings
+# in, text out, sampling settings as inputs, served by TensorFlow alone): TensorFlow too, imported on first use.
+_LAZY = {"generate_text": "generation", "export_gpt": "export"}
 
 __all__ = [
     "GPT", "GPT_PRESETS", "GPTConfig", "copy_keras_hub_weights", "from_keras_hub", "gelu_approximate",
     "load_hf_checkpoint", "save_hf_checkpoint", "load_hf_llama_checkpoint", "save_hf_llama_checkpoint",
-    *_TOKENIZER_NAMES,
+    *_TOKENIZER_NAMES, *_LAZY,
 ]
 
 
@@ -37,4 +42,8 @@ def __getattr__(name):
         from . import tokenizer
 
         return getattr(tokenizer, name)
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

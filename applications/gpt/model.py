@@ -238,7 +238,8 @@ class GPT(GenerativeModel):
             None (the tiny default of GPTConfig()).
 
     Call arguments:
-        token_ids: int (B, T), T <= ``max_sequence_length``.
+        token_ids: int (B, T), T <= ``max_sequence_length``; or a dict ``{"token_ids", "padding_mask"}`` (what
+            ``fit`` passes for such inputs, as keras-hub's ``GPT2CausalLM`` takes them).
         padding_mask: None or bool (B, T), True at real tokens (right padding).
         training: enables dropout.
 
@@ -271,6 +272,15 @@ class GPT(GenerativeModel):
         else:
             self._build_gpt2(c, init)
         self.decoder.build((None, c.max_sequence_length, c.hidden_dim))
+        if c.architecture == "gpt2":
+            # GPT-2's residual scaling (Radford et al. 2019, section 2.3; as GPT-2's and nanoGPT's code do it): the
+            # two projections of each block that add into the residual stream, the attention output (c_proj) and
+            # the MLP's second layer (mlp.c_proj), ~ N(0, 0.02 / sqrt(2 N)) for N blocks (2 N residual layers).
+            # Drawn after the build, as every other weight, from Keras' global seed (keras.utils.set_random_seed).
+            residual = keras.initializers.RandomNormal(stddev=0.02 * (2 * c.num_layers) ** -0.5)
+            for weight in self.decoder.weights:
+                if weight.path.endswith(("self_attention/attention_output/kernel", "feedforward/output_dense/kernel")):
+                    weight.assign(residual(weight.shape, weight.dtype))
         self.built = True
 
     def _build_gpt2(self, c, init):
@@ -324,6 +334,14 @@ class GPT(GenerativeModel):
         return ops.matmul(hidden, ops.transpose(ops.cast(self.token_embedding.embeddings, hidden.dtype)))
 
     def call(self, token_ids, padding_mask=None, training=None):
+        if isinstance(token_ids, dict):  # fit's x = {"token_ids", "padding_mask"}, as keras-hub's GPT2CausalLM takes
+            unknown = sorted(set(token_ids) - {"token_ids", "padding_mask"})
+            if "token_ids" not in token_ids or unknown or padding_mask is not None:
+                raise ValueError(
+                    "A dict of inputs must hold `token_ids` (and optionally `padding_mask`, then not passed again); "
+                    f"received keys {sorted(token_ids)}{' and padding_mask' if padding_mask is not None else ''}."
+                )
+            token_ids, padding_mask = token_ids["token_ids"], token_ids.get("padding_mask")
         self._check_inputs(token_ids, padding_mask)
         x = self.embedding_dropout(self._embed(token_ids), training=training)
         x = self.decoder(x, decoder_padding_mask=padding_mask, training=training)  # blocks + final norm
@@ -366,29 +384,55 @@ class GPT(GenerativeModel):
         the cache sized for ``max_length`` (default ``max_sequence_length``)."""
         token_ids, padding_mask = self._check_inputs(inputs, padding_mask, convert=True)
         max_length = self._check_max_length(max_length, token_ids.shape[1])
+        self._check_prompts_have_tokens(token_ids, padding_mask)
         return {"prompt": token_ids, "prompt_mask": padding_mask,
                 "cache": self.initial_cache(token_ids, padding_mask, max_length)}
 
     def generate(self, token_ids, max_length=None, strategy="greedy", seed=None, *, padding_mask=None,
-                 stop_token_ids="auto"):
+                 stop_token_ids="auto", max_new_tokens=None, stop_sequences=None):
         """Continues prompts with :func:`attnlayers.decoding.generate` over a prefilled cache (the shared
         ``GenerativeModel.generate``, under GPT's argument names).
 
         Args:
             token_ids: int (B, P) prompts, right-padded (``padding_mask`` True at real tokens).
             max_length: L, the output length, prompt included (P <= L <= ``max_sequence_length``). Default
-                ``max_sequence_length``.
-            strategy: "greedy", "beam", "top_k", "top_p", "random" or an ``attnlayers.decoding`` strategy.
+                ``max_sequence_length``, or P + ``max_new_tokens`` when that is given and fits.
+            strategy: "greedy", "beam", "sample", "top_k", "top_p", "random" or an ``attnlayers.decoding``
+                strategy (``Sampling(temperature, top_k, top_p)``, ``BeamSearch(num_beams)``).
             seed: the sampling seed (an int or an integer tensor); the same seed gives the same tokens.
             padding_mask: None or bool (B, P).
             stop_token_ids: "auto" (``[end_token_id]``), None (never stop early) or a list of ids.
+            max_new_tokens: None or an int >= 1: each row stops after generating this many tokens (greedy search
+                and sampling).
+            stop_sequences: None or lists of token ids: a row stops when its generated tokens end with one.
 
         Returns:
             A ``DecodeResult``: ``tokens`` (B, L) (or (B, t, L) for beam search) then ``pad_token_id``,
             ``scores``, ``log_probs``, ``lengths``.
+
+        Raises:
+            ValueError: for a prompt longer than ``max_sequence_length`` (naming both: no left truncation here,
+                the caller chooses what to keep, e.g. ``token_ids[:, -max_sequence_length + n:]``), a row with no
+                token (an all-False ``padding_mask`` row or an empty prompt), a ``max_length`` outside [P,
+                ``max_sequence_length``], or unknown strategy settings.
         """
+        if not hasattr(token_ids, "shape"):
+            token_ids = ops.convert_to_tensor(token_ids)
+        width = ops.shape(token_ids)[1] if len(token_ids.shape) == 2 else None
+        limit = self.config.max_sequence_length
+        if is_int(width) and width > limit:
+            mask = self._concrete(padding_mask)
+            longest = width if mask is None or mask.ndim != 2 else int(mask.sum(axis=1).max())
+            raise ValueError(
+                f"`token_ids`: the prompt length {longest} exceeds max_sequence_length={limit} (the longest "
+                f"sequence the model reads); shorten the prompts, e.g. keep their last tokens, leaving room for "
+                f"the generated ones. Received token_ids of shape {tuple(token_ids.shape)}."
+            )
+        if max_length is None and max_new_tokens is not None and is_int(max_new_tokens) and is_int(width):
+            max_length = min(limit, width + max(int(max_new_tokens), 1))
         return super().generate(token_ids, max_length, strategy, seed, padding_mask=padding_mask,
-                                stop_token_ids=stop_token_ids)
+                                stop_token_ids=stop_token_ids, max_new_tokens=max_new_tokens,
+                                stop_sequences=stop_sequences)
 
     @property
     def max_generation_length(self):
@@ -397,6 +441,33 @@ class GPT(GenerativeModel):
     def generation_length(self, max_length=None):
         """``max_length`` checked against ``max_sequence_length`` (its default when None)."""
         return self._check_max_length(max_length, None)
+
+    @staticmethod
+    def _concrete(x):
+        """``x`` as a NumPy array when it holds values (eager), else None (symbolic: checked elsewhere)."""
+        if x is None:
+            return None
+        try:
+            return ops.convert_to_numpy(x)
+        except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error)
+            return None
+
+    def _check_prompts_have_tokens(self, token_ids, padding_mask):
+        """Every prompt holds at least one token (generation continues it); checked when the values are known
+        (an exported signature asserts it on its inputs)."""
+        if token_ids.shape[1] == 0:
+            raise ValueError(
+                f"`token_ids` holds empty prompts (shape {tuple(token_ids.shape)}): every prompt needs at least one "
+                "token (e.g. end_token_id, GPT-2's start of text)."
+            )
+        mask = self._concrete(padding_mask)
+        if mask is not None and mask.ndim == 2 and mask.shape[1]:
+            empty = (~mask.any(axis=1)).nonzero()[0]
+            if empty.size:
+                raise ValueError(
+                    f"`padding_mask` rows {empty.tolist()[:10]} are all False: those prompts hold no token, and "
+                    "every prompt needs at least one (e.g. end_token_id, GPT-2's start of text)."
+                )
 
     # ---- checks and config ------------------------------------------------------------------------------
 
@@ -427,6 +498,7 @@ class GPT(GenerativeModel):
         return token_ids, padding_mask
 
     def _check_max_length(self, max_length, prompt_length):
+        """``max_length`` (default ``max_sequence_length``) in [prompt length, max_sequence_length]."""
         limit = self.config.max_sequence_length
         if max_length is None:
             max_length = limit

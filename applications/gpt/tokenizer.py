@@ -213,24 +213,48 @@ def _check_merge(line, number, vocabulary, source):
 # The tokenizer
 
 
-def pretokenize(text):
+def _tensorflow_text_split(text, pattern):
+    """The matches of ``pattern`` in ``text`` (B,) and the text between them, as (begin, end) byte offsets, (B, None)
+    int64 ragged each: tensorflow_text's ``regex_split_with_offsets``."""
+    import tensorflow_text as tf_text
+
+    _, begin, end = tf_text.regex_split_with_offsets(text, pattern, pattern)
+    return begin, end
+
+
+def core_regex_split(text, pattern):
+    """:func:`_tensorflow_text_split` with core TensorFlow ops only (a SavedModel holding it loads without
+    tensorflow_text): every match is wrapped in NUL bytes (``regex_replace``: RE2's leftmost-first matches, as
+    regex_split's) and the text split at them. ``text`` must hold no NUL (the pre-tokenizer replaces them first)."""
+    pieces = tf.strings.split(tf.strings.regex_replace(text, pattern, "\x00\\0\x00"), sep="\x00")
+    lengths = tf.cast(tf.strings.length(pieces.flat_values), tf.int64)
+    ends = tf.cumsum(lengths)
+    row_start = tf.gather(tf.concat([[0], ends], axis=0), pieces.row_splits[:-1])  # bytes before each row
+    ends -= tf.gather(row_start, _row_ids(pieces))
+    begin, end = pieces.with_flat_values(ends - lengths), pieces.with_flat_values(ends)
+    keep = pieces.with_flat_values(lengths > 0)
+    return tf.ragged.boolean_mask(begin, keep), tf.ragged.boolean_mask(end, keep)
+
+
+def pretokenize(text, split=_tensorflow_text_split):
     """GPT-2's pre-tokens (its regex's matches, see the module docstring) as TensorFlow ops.
 
     Args:
         text: a (B,) tf.string tensor of UTF-8 text.
+        split: the regex splitter, ``split(text, pattern) -> (begin, end)`` byte offsets: tensorflow_text's (the
+            default) or :func:`core_regex_split` (core ops only, for SavedModels served without tensorflow_text;
+            the same pre-tokens).
 
     Returns:
         a tf.string `tf.RaggedTensor` (B, None): each text's pre-tokens, whose concatenation is the text.
     """
-    import tensorflow_text as tf_text
-
     text = tf.convert_to_tensor(text, tf.string)
     safe = tf.strings.regex_replace(text, r"\x00", "\x01")  # regex_split stops at NUL; \x01 is classed the same
-    _, begin, end = tf_text.regex_split_with_offsets(safe, _SEGMENT_PATTERN, _SEGMENT_PATTERN)
+    begin, end = split(safe, _SEGMENT_PATTERN)
     rows, begin, end = _row_ids(begin), begin.flat_values, end.flat_values
     unit_rows, unit_begin, unit_end = _units(tf.gather(safe, rows), rows, begin, end)
     units = tf.strings.substr(tf.gather(safe, unit_rows), unit_begin, unit_end - unit_begin)
-    _, begin, end = tf_text.regex_split_with_offsets(units, _WORD_PATTERN, _WORD_PATTERN)
+    begin, end = split(units, _WORD_PATTERN)
     unit_of_piece = _row_ids(begin)
     piece_rows, offset = tf.gather(unit_rows, unit_of_piece), tf.gather(unit_begin, unit_of_piece)
     begin, end = begin.flat_values + offset, end.flat_values + offset

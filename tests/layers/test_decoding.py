@@ -496,3 +496,194 @@ def test_bad_step_function():
 def test_module_exports():
     assert decoding.get_strategy("top_k").top_k == 5
     assert isinstance(decoding.get_strategy("beam"), BeamSearch)
+
+
+# ---- Sampling settings as tensors, max_new_tokens, stop sequences ----------------------------------------------
+
+SETTINGS = [(1.0, None, None), (1.5, 5, None), (1.0, None, 0.9), (0.7, 6, 0.8), (2.0, 1, None), (1.3, 40, 0.95)]
+
+
+def _as_tensors(temperature, top_k, top_p):
+    """The tensor form of Python settings: top_k None -> 0 (off), top_p None -> 1.0 (off)."""
+    return dict(temperature=ops.convert_to_tensor(temperature, "float32"),
+                top_k=ops.convert_to_tensor(top_k or 0, "int32"),
+                top_p=ops.convert_to_tensor(1.0 if top_p is None else top_p, "float32"))
+
+
+def test_tensor_settings_give_the_tokens_of_python_settings():
+    prompt = np.zeros((4, 1), "int32")
+    for settings in SETTINGS:
+        python, tensors = Sampling(*settings), Sampling(**_as_tensors(*settings))
+        assert tensors.dynamic and not python.dynamic
+        expected = generate(fixed_next, prompt, SAMPLE_STEPS + 1, python, seed=11)
+        got = generate(fixed_next, prompt, SAMPLE_STEPS + 1, tensors, seed=11)
+        np.testing.assert_array_equal(_np(got.tokens), _np(expected.tokens), err_msg=str(settings))
+        np.testing.assert_allclose(_np(got.scores), _np(expected.scores), atol=1e-5)
+        if settings[1] != 1:  # another seed, other tokens
+            other = generate(fixed_next, prompt, SAMPLE_STEPS + 1, tensors, seed=12)
+            assert not np.array_equal(_np(other.tokens), _np(got.tokens))
+
+
+def test_tensor_settings_on_a_model(lm):
+    """A model's logits differ at every step and row: the sorted noise cells still match the Python path's."""
+    model, _ = lm
+    kwargs = dict(prompt_mask=PROMPT_MASK, seed=3)
+    for settings in [(1.0, None, None), (0.7, 6, 0.8)]:
+        expected = generate(model.next, PROMPT, LENGTH, Sampling(*settings), cache=model.initial_cache(PROMPT),
+                            **kwargs)
+        got = generate(model.next, PROMPT, LENGTH, Sampling(**_as_tensors(*settings)),
+                       cache=model.initial_cache(PROMPT), **kwargs)
+        np.testing.assert_array_equal(_np(got.tokens), _np(expected.tokens), err_msg=str(settings))
+
+
+def test_tensor_settings_compile_once_and_match_python_settings():
+    prompt = np.zeros((3, 1), "int32")
+
+    def run(temperature, top_k, top_p, seed):
+        strategy = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+        return generate(fixed_next, prompt, SAMPLE_STEPS + 1, strategy, seed=seed).tokens
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        compiled = tf.function(run, jit_compile=True)
+    else:
+        import jax
+
+        compiled = jax.jit(run)
+    for settings in SETTINGS[1:5]:
+        got = _np(compiled(*_as_tensors(*settings).values(), ops.convert_to_tensor(5, "int32")))
+        expected = _np(generate(fixed_next, prompt, SAMPLE_STEPS + 1, Sampling(*settings), seed=5).tokens)
+        np.testing.assert_array_equal(got, expected, err_msg=str(settings))
+    if BACKEND == "tensorflow":
+        assert compiled.experimental_get_tracing_count() == 1
+
+
+def test_temperature_zero_and_top_k_one_are_greedy(lm):
+    model, stop = lm
+    kwargs = dict(prompt_mask=PROMPT_MASK, stop_token_ids=[stop])
+    greedy = generate(model.next, PROMPT, LENGTH, "greedy", cache=model.initial_cache(PROMPT), **kwargs)
+    for seed, settings in enumerate([(0.0, 0, 1.0), (0.0, 3, 0.5), (1.7, 1, 0.3)]):
+        strategy = Sampling(**_as_tensors(*settings))
+        got = generate(model.next, PROMPT, LENGTH, strategy, cache=model.initial_cache(PROMPT), seed=seed, **kwargs)
+        np.testing.assert_array_equal(_np(got.tokens), _np(greedy.tokens), err_msg=str(settings))
+        np.testing.assert_allclose(_np(got.scores), _np(greedy.scores), atol=1e-5)
+    # Python top_k=1 as well.
+    got = generate(model.next, PROMPT, LENGTH, Sampling(top_k=1, temperature=3.0, seed=4),
+                   cache=model.initial_cache(PROMPT), **kwargs)
+    np.testing.assert_array_equal(_np(got.tokens), _np(greedy.tokens))
+    # Temperature 0 is greedy, not sampling: a flat-ish distribution would otherwise give other tokens.
+    hot = generate(model.next, PROMPT, LENGTH, Sampling(**_as_tensors(50.0, None, None)),
+                   cache=model.initial_cache(PROMPT), seed=1, **kwargs)
+    assert not np.array_equal(_np(hot.tokens), _np(greedy.tokens))
+
+
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        (dict(temperature=-0.5), r"temperature.*>= 0.*temperature=-0.5"),
+        (dict(temperature=float("nan")), r"temperature.*finite.*temperature=nan"),
+        (dict(top_k=-1), r"top_k.*>= 0.*top_k=-1"),
+        (dict(top_p=1.5), r"top_p.*\(0, 1\].*top_p=1.5"),
+        (dict(top_p=0.0), r"top_p.*\(0, 1\].*top_p=0.0"),
+    ],
+)
+def test_bad_tensor_settings_are_named(settings, match):
+    tensors = {k: ops.convert_to_tensor(v, "int32" if k == "top_k" else "float32") for k, v in settings.items()}
+    with pytest.raises(ValueError, match=match):
+        Sampling(**tensors)
+
+
+def test_tensor_settings_shape_and_dtype_are_checked():
+    with pytest.raises(ValueError, match=r"top_k.*integer tensor.*float32"):
+        Sampling(top_k=ops.convert_to_tensor(2.0))
+    with pytest.raises(ValueError, match=r"temperature.*scalar.*\(2,\)"):
+        Sampling(temperature=ops.convert_to_tensor([1.0, 2.0]))
+
+
+def position_next(tokens, cache, index):
+    """Emits token index % 6 + 2 at every position index, whatever came before."""
+    row = ops.one_hot(index % 6 + 2, 10) * 10.0
+    return ops.broadcast_to(row, (ops.shape(tokens)[0], 10)), cache
+
+
+# Generated after a prompt of length 2: positions 2, 3, ... -> tokens 4 5 6 7 2 3 4 5 6 7.
+@pytest.mark.parametrize("strategy", ["greedy", Sampling(top_k=1, seed=0), BeamSearch(2, 1)], ids=str)
+def test_stop_sequences(strategy):
+    prompt = np.array([[9, 9], [9, 3], [9, 0]], "int32")  # row 2 has one token: its generation starts at 1
+    mask = np.array([[True, True], [True, True], [True, False]])
+    # [3, 4]: positions 7-8 in rows 0 and 1 (row 1's prompt ends with 3 and generates 4 first: not a stop, the
+    # sequence must lie in the generated tokens); row 2 generates 3 at position 1 then 4: stops there.
+    # [5, 6, 7] is longer and ends later (position 5) than [3, 4] in row 2: the first one reached stops.
+    result = generate(position_next, prompt, 12, strategy, prompt_mask=mask, stop_sequences=[[3, 4], [9, 5, 6, 7]],
+                      pad_token_id=0)
+    tokens, lengths = _np(result.tokens), _np(result.lengths)
+    tokens = tokens[:, 0] if tokens.ndim == 3 else tokens
+    lengths = lengths[:, 0] if lengths.ndim == 2 else lengths
+    np.testing.assert_array_equal(tokens, [
+        [9, 9, 4, 5, 6, 7, 2, 3, 4, 0, 0, 0],
+        [9, 3, 4, 5, 6, 7, 2, 3, 4, 0, 0, 0],
+        [9, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    ])
+    np.testing.assert_array_equal(lengths, [9, 9, 3])
+    # A one-token stop sequence is a stop token; a longer sequence stops at its last token.
+    single = generate(position_next, prompt[:1], 12, strategy, stop_sequences=[[6]])
+    assert int(np.ravel(_np(single.lengths))[0]) == 5
+    longer = generate(position_next, prompt[:1], 12, strategy, stop_sequences=[[5, 6, 7, 2]])
+    assert int(np.ravel(_np(longer.lengths))[0]) == 7
+
+
+def test_stop_sequences_compile():
+    prompt = np.array([[9, 9], [9, 3]], "int32")
+
+    def run(prompt):
+        return generate(position_next, prompt, 12, "greedy", stop_sequences=[[3, 4], [6, 7, 2]]).lengths
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        compiled = tf.function(run, jit_compile=True)
+    else:
+        import jax
+
+        compiled = jax.jit(run)
+    np.testing.assert_array_equal(_np(compiled(prompt)), [7, 7])
+
+
+def test_max_new_tokens():
+    prompt = np.array([[9, 9, 9], [9, 0, 0], [9, 9, 0]], "int32")
+    mask = prompt != 0
+    for max_new in (3, ops.convert_to_tensor(3, "int32")):
+        result = generate(position_next, prompt, 12, "greedy", prompt_mask=mask, max_new_tokens=max_new)
+        np.testing.assert_array_equal(_np(result.lengths), [6, 4, 5])  # each row's prompt + 3
+        np.testing.assert_array_equal(_np(result.tokens)[1], [9, 3, 4, 5] + [0] * 8)
+    # A stop token before the limit wins (row 1's limit is 6, its 5 comes at position 3); a limit beyond
+    # max_length is max_length.
+    result = generate(position_next, prompt, 12, "greedy", prompt_mask=mask, max_new_tokens=5, stop_token_ids=[5])
+    np.testing.assert_array_equal(_np(result.lengths), [4, 4, 4])
+    result = generate(position_next, prompt, 8, "greedy", prompt_mask=mask, max_new_tokens=50)
+    np.testing.assert_array_equal(_np(result.lengths), [8, 8, 8])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(max_new_tokens=0), r"max_new_tokens.*positive.*max_new_tokens=0"),
+        (dict(max_new_tokens=2.5), r"max_new_tokens.*max_new_tokens=2.5"),
+        (dict(max_new_tokens=2, strategy=BeamSearch(2)), r"max_new_tokens.*beam search"),
+        (dict(stop_sequences=[[]]), r"stop_sequences.*non-empty"),
+        (dict(stop_sequences=[3, 4]), r"stop_sequences.*lists of token ids"),
+        (dict(stop_sequences=[[3, -1]]), r"stop_sequences.*>= 0"),
+    ],
+)
+def test_bad_max_new_tokens_and_stop_sequences(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        generate(position_next, np.array([[9, 9]], "int32"), 6, **kwargs)
+    if "max_new_tokens" in kwargs and is_int_like(kwargs["max_new_tokens"]):
+        with pytest.raises(ValueError, match=r"max_new_tokens.*>= 1.*max_new_tokens=0"):
+            generate(position_next, np.array([[9, 9]], "int32"), 6,
+                     max_new_tokens=ops.convert_to_tensor(kwargs["max_new_tokens"], "int32"))
+
+
+def is_int_like(value):
+    return isinstance(value, int) and value == 0

@@ -1,0 +1,143 @@
+"""Text generation with a GPT and its byte-level BPE tokenizer: strings in, strings out, stop strings.
+
+    texts = generate_text(model, tokenizer, ["Once upon a time"], max_new_tokens=40,
+                          strategy=Sampling(temperature=0.8, top_p=0.9), seed=1, stop_strings=["\\n\\n"])
+
+Stop strings (Hugging Face's ``stop_strings``; keras-hub has only stop token ids) work at two levels:
+
+- in the decoding loop, each stop string is tokenized once into a stop sequence
+  (:func:`attnlayers.decoding.generate`'s ``stop_sequences``): a row stops as soon as its generated tokens end
+  with it;
+- in the returned text, which is cut before the first occurrence of any stop string.
+
+BPE may spell a stop string with other tokens in context (its first or last characters merged with the text
+around it, e.g. "\\n\\n" after "." or a space before a word): the loop then does not see it and the row runs on
+to another stop or the length limit, but the text is still cut at the stop string. A stop string that spans the
+prompt and the generated text is not a stop: only the generated part is searched.
+
+TensorFlow (the tokenizer's ops); the model runs on the TensorFlow backend.
+"""
+
+from __future__ import annotations
+
+from attnlayers.decoding import BeamSearch, get_strategy
+from attnlayers.validation import positive_int, string_list
+
+__all__ = ["check_stop_strings", "cut_at_stop_strings", "generate_text", "stop_sequences_for"]
+
+
+def check_stop_strings(stop_strings):
+    """``stop_strings`` as a list of non-empty strings ([] for None); else a ValueError naming the argument."""
+    return string_list(stop_strings, "stop_strings")
+
+
+def stop_sequences_for(tokenizer, stop_strings):
+    """The token ids of each stop string (its tokenization on its own), for ``generate``'s ``stop_sequences``."""
+    stop_strings = check_stop_strings(stop_strings)
+    if not stop_strings:
+        return []
+    ids = tokenizer.tokenize(stop_strings)
+    return [[int(i) for i in row] for row in ids.to_list() if row]
+
+
+def cut_at_stop_strings(text, stop_strings):
+    """``text`` up to (not including) the first occurrence of any stop string."""
+    cut = len(text)
+    for stop in stop_strings or ():
+        found = text.find(stop)
+        if found != -1:
+            cut = min(cut, found)
+    return text[:cut]
+
+
+def _tokenize_prompts(model, tokenizer, prompts, max_length):
+    """Right-padded (B, P) token ids and their mask; ValueErrors naming `prompts` for empty or too long ones."""
+    import numpy as np
+
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise ValueError(f"`prompts` must be a string or a non-empty list of strings; received prompts={prompts!r}.")
+    rows = tokenizer.tokenize(list(prompts)).to_list()
+    limit = model.config.max_sequence_length
+    for i, row in enumerate(rows):
+        if not row:
+            raise ValueError(
+                f"`prompts`[{i}] is empty: a prompt needs at least one token (GPT-2 generates unconditionally "
+                f"from its end-of-text token, {tokenizer.end_token_id}: pass '<|endoftext|>')."
+            )
+        if len(row) > limit or (max_length is not None and len(row) > max_length):
+            bound = limit if len(row) > limit else max_length
+            name = "max_sequence_length" if len(row) > limit else "max_length"
+            raise ValueError(
+                f"`prompts`[{i}] is {len(row)} tokens long, more than {name}={bound}; shorten it (keep its last "
+                "tokens) to leave room for the generated ones."
+            )
+    width = max(len(row) for row in rows)
+    token_ids = np.full((len(rows), width), model.pad_token_id, "int32")
+    for i, row in enumerate(rows):
+        token_ids[i, : len(row)] = row
+    mask = np.arange(width)[None, :] < np.array([len(row) for row in rows])[:, None]
+    return token_ids, mask
+
+
+def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=None, strategy="greedy",
+                  seed=None, stop_strings=None):
+    """Continues text prompts with a GPT (``model.generate``) and returns the generated text.
+
+    Args:
+        model: a :class:`~attnlayers.applications.gpt.GPT`.
+        tokenizer: its :class:`~attnlayers.applications.gpt.GPT2Tokenizer` (or any tokenizer with
+            ``tokenize(list) -> tf.RaggedTensor`` and ``detokenize``).
+        prompts: a string or a list of B strings, each at least one token and at most ``max_sequence_length``.
+        max_length: the output length in tokens, prompt included (default: the longest prompt +
+            ``max_new_tokens`` when given, else ``max_sequence_length``).
+        max_new_tokens: None or an int >= 1: each row stops after that many generated tokens (beam search: the
+            default ``max_length`` is the longest prompt + ``max_new_tokens``).
+        strategy: "greedy", "beam", "sample", ... or an ``attnlayers.decoding`` strategy (``Sampling(temperature,
+            top_k, top_p)``, ``BeamSearch(num_beams, num_return)``).
+        seed: the sampling seed (the same seed gives the same text).
+        stop_strings: None or a list of non-empty strings: generation of a row stops when its tokens end with one
+            (as tokenized alone), and the text is cut before the first occurrence of any (see the module
+            docstring).
+
+    Returns:
+        A list of B strings (the generated continuation: prompt, end token and stop string left out; invalid UTF-8
+        where generation stopped inside a character is replaced by U+FFFD); with ``BeamSearch(num_return=t > 1)``
+        a list of B lists of t strings, best first.
+
+    Raises:
+        ValueError: naming the argument: empty or too long prompts, bad stop strings, unknown strategies or
+            settings, a ``max_length`` beyond ``max_sequence_length``.
+    """
+    import numpy as np
+
+    stop_strings = check_stop_strings(stop_strings)
+    strategy = get_strategy(strategy)
+    max_new_tokens = positive_int(max_new_tokens, "max_new_tokens", allow_none=True, what="tokens generated per row")
+    token_ids, mask = _tokenize_prompts(model, tokenizer, prompts, max_length)
+    if isinstance(strategy, BeamSearch) and max_new_tokens is not None:  # beam search has one length for all rows
+        if max_length is None:
+            max_length = min(model.config.max_sequence_length, token_ids.shape[1] + int(max_new_tokens))
+        max_new_tokens = None
+    result = model.generate(
+        token_ids, max_length, strategy, seed, padding_mask=mask, max_new_tokens=max_new_tokens,
+        stop_sequences=stop_sequences_for(tokenizer, stop_strings) or None,
+    )
+    tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+    beams = tokens.ndim == 3
+    if not beams:
+        tokens, lengths = tokens[:, None], lengths[:, None]
+    stops = set(model.stop_token_ids)
+    starts = mask.sum(axis=1)
+    pieces = [[int(t) for t in tokens[b, j, starts[b]: lengths[b, j]] if int(t) not in stops]
+              for b in range(len(tokens)) for j in range(tokens.shape[1])]
+    import tensorflow as tf
+
+    raw = tokenizer.detokenize(tf.ragged.constant(pieces, dtype=tf.int32, ragged_rank=1)).numpy()
+    texts = [cut_at_stop_strings(t.decode("utf-8", errors="replace"), stop_strings) for t in raw]
+    width = tokens.shape[1]
+    rows = [texts[b * width: (b + 1) * width] for b in range(len(tokens))]
+    if beams and isinstance(strategy, BeamSearch) and strategy.num_return > 1:
+        return rows
+    return [row[0] for row in rows]
