@@ -38,6 +38,7 @@ import numpy as np
 
 from attnlayers.validation import one_of, positive_int
 
+from ..core.optimizers import add_optimizer_arguments  # the example scripts' flags (re-exported here)
 from .baselines import classification_scores, task_baseline
 
 TASKS = ("sentiment", "paraphrase", "pos")
@@ -131,20 +132,6 @@ class FinetuningSettings:
             self.sequence_length = TASK_SEQUENCE_LENGTH[self.task]
 
 
-def add_optimizer_arguments(parser, default, unit):
-    """The example scripts' --batch-size, --learning-rate, --warmup-fraction and --weight-decay (BERT's AdamW),
-    their defaults from ``default`` (a :class:`PretrainingSettings` or :class:`FinetuningSettings`); ``unit``
-    names what a batch holds ("pairs", "examples")."""
-    parser.add_argument("--batch-size", type=int, default=default.batch_size,
-                        help=f"{unit} per batch (default {default.batch_size})")
-    parser.add_argument("--learning-rate", type=float, default=default.learning_rate,
-                        help=f"peak learning rate of AdamW (default {default.learning_rate:g})")
-    parser.add_argument("--warmup-fraction", type=float, default=default.warmup_fraction,
-                        help=f"share of the run spent warming up (default {default.warmup_fraction:g})")
-    parser.add_argument("--weight-decay", type=float, default=default.weight_decay,
-                        help=f"AdamW's decoupled weight decay (default {default.weight_decay:g})")
-
-
 def _epochs(epochs, minutes, default):
     if epochs is not None:
         return positive_int(epochs, "epochs")
@@ -196,22 +183,10 @@ def _callbacks(out_dir, minutes, best, schedule, tensorboard, backup):
 def read_text_documents(path):
     """Documents from a text file in the format of BERT's create_pretraining_data.py: one sentence a line,
     documents separated by blank lines. Returns a list of documents, each a list of sentences."""
-    from ..core.files import read_lines
+    from ..core.corpora import text_file_documents
 
-    documents, current = [], []
-    for line in read_lines(path, "utf-8", "read_text_documents",
-                           "a UTF-8 text file, one sentence a line, a blank line between documents"):
-        if line.strip():
-            current.append(line.strip())
-        elif current:
-            documents.append(current)
-            current = []
-    if current:
-        documents.append(current)
-    if len(documents) < 2:
-        raise ValueError(f"{os.fspath(path)} holds {len(documents)} document(s); pretraining needs at least 2 "
-                         "(documents are separated by blank lines).")
-    return documents
+    expected = "a UTF-8 text file, one sentence a line, a blank line between documents"
+    return [[line.strip() for line in lines] for lines in text_file_documents(path, expected)]
 
 
 def pretraining_tokenizer(train_documents, vocabulary_size, vocabulary=None, path=None):

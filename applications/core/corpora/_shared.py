@@ -92,3 +92,28 @@ def split_documents(documents, held_out: float = 0.05, seed: int = 0) -> tuple:
     documents = list(documents)
     train, rest = _split_groups([range(len(documents))], [held_out], _seed(seed))
     return [documents[i] for i in train], [documents[i] for i in rest]
+
+
+def text_file_documents(path, expected="a UTF-8 text file, a blank line between documents"):
+    """The documents of a UTF-8 text file: blocks of non-blank lines separated by blank lines, each a list of its
+    lines (trailing spaces removed). ``expected`` describes the format in the "not found" error.
+
+    Raises:
+        FileNotFoundError / ValueError: naming the file: missing, not UTF-8, or holding fewer than 2 documents (a
+        run trains on some and holds out at least one).
+    """
+    from ..files import read_lines
+
+    documents, current = [], []
+    for line in read_lines(path, "utf-8", "read_text_documents", expected):
+        if line.strip():
+            current.append(line.rstrip())
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    if len(documents) < 2:
+        raise ValueError(f"{os.fspath(path)} holds {len(documents)} document(s); training needs at least 2 (one is "
+                         "held out): separate documents by blank lines.")
+    return documents

@@ -82,3 +82,28 @@ def test_corpus_bleu_is_sacrebleu_13a():
         corpus_bleu(["a"], ["a", "b"])
     with pytest.raises(ValueError, match="strings"):
         corpus_bleu([["a"]], ["a"])
+
+
+def test_perplexity_is_token_weighted_over_all_batches_not_a_mean_of_batch_perplexities():
+    from attnlayers.applications.core.metrics import Perplexity
+
+    rng = np.random.default_rng(1)
+    metric = Perplexity()
+    nll_sum = tokens = 0.0
+    batch_perplexities = []
+    for real in (2, 9):  # batches of very different numbers of real tokens
+        logits = rng.normal(size=(2, 5, 6)).astype("float32") * 3
+        y = rng.integers(0, 6, size=(2, 5))
+        weights = np.zeros((2, 5), "float32")
+        weights.reshape(-1)[:real] = 1.0
+        nll = -np.take_along_axis(_log_softmax(logits), y[..., None], -1)[..., 0]
+        nll_sum, tokens = nll_sum + (nll * weights).sum(), tokens + weights.sum()
+        batch_perplexities.append(np.exp((nll * weights).sum() / weights.sum()))
+        logits[weights == 0] = np.nan  # padded positions are never counted, whatever their logits
+        metric.update_state(y, logits, sample_weight=weights)
+    assert float(metric.result()) == pytest.approx(np.exp(nll_sum / tokens), rel=1e-5)
+    assert abs(float(metric.result()) - np.mean(batch_perplexities)) > 1e-3  # not the mean of batch perplexities
+    metric.reset_state()
+    assert float(metric.result()) == 1.0  # no token yet
+    clone = Perplexity.from_config(metric.get_config())
+    assert clone.name == "perplexity"

@@ -180,3 +180,49 @@ def test_trains():
 def test_bad_input(model, make, match):
     with pytest.raises(ValueError, match=match):
         make(model)
+
+
+def test_initialization_scales_the_residual_projections_as_gpt2():
+    """GPT-2's initialization (Radford et al. 2019, section 2.3): weights ~ N(0, 0.02), except the attention output
+    and the MLP's second projection of each block, ~ N(0, 0.02 / sqrt(2 n_layer)); biases 0, LayerNorm scales 1;
+    the same seed, the same weights."""
+    config = GPTConfig(vocabulary_size=64, max_sequence_length=16, num_layers=4, num_heads=4, hidden_dim=128,
+                       intermediate_dim=512)
+    keras.utils.set_random_seed(3)
+    model = GPT(config)
+    residual = 0.02 / np.sqrt(2 * config.num_layers)
+    scaled = 0
+    for weight in model.weights:
+        values, path = _np(weight.value), weight.path
+        if path.endswith(("attention_output/kernel", "output_dense/kernel")):
+            scaled += 1
+            assert values.std() == pytest.approx(residual, rel=0.05), path
+        elif path.endswith(("kernel", "embeddings")):
+            assert values.std() == pytest.approx(0.02, rel=0.05), path
+        elif path.endswith(("bias", "beta")):
+            assert not values.any(), path
+        else:
+            assert path.endswith("gamma") and np.all(values == 1), path
+        assert abs(values.mean()) < 0.1 * max(values.std(), 1e-3) or path.endswith("gamma"), path
+    assert scaled == 2 * config.num_layers
+    keras.utils.set_random_seed(3)
+    again = GPT(config)
+    for a, b in zip(model.weights, again.weights, strict=True):
+        np.testing.assert_array_equal(_np(a.value), _np(b.value))
+
+
+def test_fit_takes_keras_hub_style_dict_inputs():
+    keras.utils.set_random_seed(0)
+    lm = GPT(CONFIG)
+    lm.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="mean_with_sample_weight"))
+    sequence = np.tile(np.arange(1, 12, dtype="int32"), (8, 1))
+    mask = np.ones_like(sequence, bool)
+    mask[4:, 8:] = False
+    x = {"token_ids": sequence[:, :-1], "padding_mask": mask[:, :-1]}
+    history = lm.fit(x, sequence[:, 1:], sample_weight=mask[:, 1:].astype("float32"), epochs=5, batch_size=8,
+                     verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    np.testing.assert_allclose(_np(lm(x)), _np(lm(x["token_ids"], padding_mask=x["padding_mask"])), atol=1e-6)
+    with pytest.raises(ValueError, match="token_ids.*received keys"):
+        lm({"ids": sequence})

@@ -1,0 +1,198 @@
+"""The GPT training recipe end to end on a small text written here (examples/train_gpt.py --corpus text:PATH): the
+windows and their masks, the loss and the perplexity ignoring padding (masked by the padding mask, not by id), the
+reported held-out perplexity equal to a NumPy computation over the held-out tokens, the saved Hugging Face
+checkpoint giving the trained model's logits, and a run resumed from its backup after an interruption."""
+
+import contextlib
+import importlib.util
+import io
+import json
+import pathlib
+import random
+
+import keras
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow_text")
+pytest.importorskip("tokenizers")
+
+from attnlayers.applications.gpt import data, recipes  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+NOUNS = ["king", "people", "city", "house", "land", "servant", "son", "lord", "water", "bread"]
+VERBS = ["saw", "built", "gave", "found", "kept", "took", "blessed", "sent"]
+FLAGS = ["--config", "tiny", "--vocab-size", "300", "--sequence-length", "16", "--batch-size", "8", "--epochs", "2",
+         "--learning-rate", "3e-3", "--held-out", "0.2", "--no-jit", "--verbose", "0"]
+
+
+def _text(path):
+    rng = random.Random(0)
+    documents = ["\n".join(f"and the {rng.choice(NOUNS)} {rng.choice(VERBS)} the {rng.choice(NOUNS)} of the "
+                           f"{rng.choice(NOUNS)}." for _ in range(6)) for _ in range(20)]
+    path.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    return path
+
+
+def _settings(**overrides):
+    return recipes.TrainingSettings(**{"vocabulary_size": 300, "sequence_length": 16, "batch_size": 8, "epochs": 2,
+                                       "learning_rate": 3e-3, "held_out": 0.2, "jit_compile": False, **overrides})
+
+
+class Keep(keras.callbacks.Callback):
+    """Keeps the trained model."""
+
+    def on_train_end(self, logs=None):
+        Keep.model_ = self.model
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """examples/train_gpt.py on the text for 2 epochs: (out folder, printed text, the trained model)."""
+    spec = importlib.util.spec_from_file_location("train_gpt_script", ROOT / "examples" / "train_gpt.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    folder = tmp_path_factory.mktemp("gpt")
+    corpus, out = _text(folder / "corpus.txt"), folder / "run"
+    run_training = recipes.run_training
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recipes, "run_training", lambda *a, **k: run_training(*a, callbacks=[Keep()], **k))
+        keras.config.set_dtype_policy("float32")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            status = script.main(FLAGS + ["--corpus", f"text:{corpus}", "--out", str(out)])
+    assert status == 0
+    return out, printed.getvalue(), Keep.model_, corpus
+
+
+def test_windows_overlap_by_one_and_only_the_last_is_padded():
+    stream = data.token_stream([np.array([5, 6, 7]), np.array([8, 9])], end_token_id=0)
+    np.testing.assert_array_equal(stream, [0, 5, 6, 7, 0, 8, 9, 0])
+    windows, mask = data.lm_windows(stream, 3, pad_token_id=0)
+    np.testing.assert_array_equal(windows, [[0, 5, 6, 7], [7, 0, 8, 9], [9, 0, 0, 0]])
+    np.testing.assert_array_equal(mask, [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]])
+    x, y, weights = data.lm_examples(windows, mask)
+    # Every token after the first is a real label exactly once; the padding (pad id = end id) is weighted 0.
+    np.testing.assert_array_equal(y[weights > 0], stream[1:])
+    np.testing.assert_array_equal(x["token_ids"], windows[:, :-1])
+    assert data.unigram_perplexity([1, 1], [0, 1]) == pytest.approx(2.0)
+
+
+def test_padding_changes_neither_the_loss_nor_the_perplexity(trained):
+    from attnlayers.applications.core.metrics import Perplexity
+
+    *_, model, _ = trained
+    rng = np.random.default_rng(0)
+    vocabulary, end = model.config.vocabulary_size, model.end_token_id
+    windows = rng.integers(1, vocabulary, size=(3, 17)).astype("int32")
+    mask = np.ones_like(windows, bool)
+    mask[2, 9:] = False  # the padded last window
+    windows[~mask] = end  # GPT-2's padding id is its end id, which is also a real label elsewhere
+    windows[0, 5] = end
+    x, y, weights = data.lm_examples(windows, mask)
+
+    def scores(x, y):
+        logits = keras.ops.convert_to_numpy(model(x))
+        loss = float(recipes.causal_lm_loss()(y, logits, sample_weight=weights))
+        metric = Perplexity()
+        metric.update_state(y, logits, sample_weight=weights)
+        return loss, float(metric.result()), logits
+
+    loss, perplexity, logits = scores(x, y)
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(log_p, y[..., None], -1)[..., 0]
+    expected = nll[weights > 0].mean()  # the end-token label at [0, 4] counts; padding does not
+    assert loss == pytest.approx(expected, rel=1e-5) and perplexity == pytest.approx(np.exp(expected), rel=1e-5)
+    other_x = {"token_ids": np.where(x["padding_mask"], x["token_ids"], rng.integers(1, vocabulary, x["token_ids"].shape)),
+               "padding_mask": x["padding_mask"]}
+    other_y = np.where(weights > 0, y, rng.integers(1, vocabulary, y.shape))
+    other_loss, other_perplexity, _ = scores(other_x, other_y)
+    assert other_loss == pytest.approx(loss, rel=1e-6) and other_perplexity == pytest.approx(perplexity, rel=1e-6)
+
+
+def test_run_reports_exact_held_out_perplexity_beside_the_baseline(trained):
+    from attnlayers.applications.core.corpora import split_documents
+    from attnlayers.applications.gpt import GPT2Tokenizer
+
+    out, printed, model, corpus = trained
+    result = json.loads((out / "results.json").read_text())
+    assert result["task"] == "language_model" and result["training"]["epochs"] == 2
+    history = result["training"]["history"]
+    assert len(history["perplexity"]) == 2 and len(history["val_perplexity"]) == 2
+    held, baselines = result["held_out"], result["baselines"]
+    assert 1.0 < held["perplexity"] < baselines["unigram_perplexity"]  # the text is easy: it must beat unigrams
+    assert "unigram baseline" in printed and "sampled (top-p 0.9)" in printed and len(result["samples"]) == 3
+    # The reported perplexity is exp(sum NLL / tokens) over every held-out label, recomputed here in NumPy.
+    tokenizer = GPT2Tokenizer.from_directory(str(out / "checkpoint"))
+    _, held_texts = split_documents(data.read_text_documents(corpus), held_out=0.2, seed=0)
+    ids = data.tokenize_documents(held_texts, tokenizer)
+    windows, mask = data.lm_windows(data.token_stream(ids, tokenizer.end_token_id), 16, tokenizer.end_token_id)
+    x, y, weights = data.lm_examples(windows, mask)
+    logits = keras.ops.convert_to_numpy(model(x)).astype(np.float64)
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(log_p, y[..., None], -1)[..., 0]
+    assert held["tokens"] == int(weights.sum())
+    assert held["perplexity"] == pytest.approx(np.exp(nll[weights > 0].sum() / weights.sum()), rel=1e-4)
+    if result["pictures"]:  # matplotlib installed
+        assert pathlib.Path(result["pictures"][0]).stat().st_size > 0
+    assert (out / "logs").is_dir()
+
+
+def test_checkpoint_loads_back_with_the_same_logits(trained):
+    from attnlayers.applications.gpt import GPT2Tokenizer, load_hf_checkpoint
+
+    out, _, model, _ = trained
+    loaded, info = load_hf_checkpoint(str(out / "checkpoint"))
+    assert info["vocabulary"] and info["merges"] and loaded.config == model.config
+    tokenizer = GPT2Tokenizer.from_directory(str(out / "checkpoint"))
+    assert tokenizer.end_token_id == loaded.end_token_id == loaded.pad_token_id
+    ids = np.asarray(tokenizer.tokenize(["and the king saw the city of the lord."]).to_tensor(), "int32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(ids)), keras.ops.convert_to_numpy(model(ids)),
+                               atol=1e-5)
+
+
+def test_an_interrupted_run_resumes_from_its_backup(tmp_path):
+    documents = data.read_text_documents(_text(tmp_path / "corpus.txt"))
+
+    class Interrupted(Exception):
+        pass
+
+    class Interrupt(keras.callbacks.Callback):  # stops the run in its second epoch, after the first one's backup
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.epoch == 1 and batch == 1:
+                raise Interrupted
+
+    keras.utils.set_random_seed(0)
+    with pytest.raises(Interrupted):
+        recipes.run_training(_settings(), tmp_path / "run", documents=documents, verbose=0, samples=0,
+                             tensorboard=False, callbacks=[Interrupt()])
+    assert (tmp_path / "run" / "backup").is_dir()
+    keras.utils.set_random_seed(0)
+    result = recipes.run_training(_settings(), tmp_path / "run", documents=documents, verbose=0, samples=0,
+                                  tensorboard=False, callbacks=[Keep()])
+    steps = result["training"]["steps_per_epoch"]
+    assert steps > 1
+    # Only the second epoch ran again; the optimizer's step count (and the schedule) went on from the backup.
+    assert result["training"]["epochs"] == 1 and result["training"]["steps"] == steps
+    assert int(Keep.model_.optimizer.iterations.numpy()) == 2 * steps
+    assert not (tmp_path / "run" / "backup").exists()  # deleted once training ended
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["--minutes", "-1"], "--minutes must be a positive number"),
+    (["--vocab-size", "100"], "--vocab-size must be at least 257"),
+    (["--config", "huge"], "invalid choice"),
+])
+def test_flags_are_checked(argv, message, capsys):
+    spec = importlib.util.spec_from_file_location("train_gpt_flags", ROOT / "examples" / "train_gpt.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as exit_:
+        script.parse_args(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
