@@ -129,6 +129,7 @@ def main(argv=None):
 
 
 def run(args):
+    from attnlayers.applications.core.runtime import is_chief, worker_directory
     from attnlayers.applications.gpt import recipes
 
     if args.vocab is not None:
@@ -136,17 +137,14 @@ def run(args):
             if not os.path.isfile(os.path.join(args.vocab, name)):
                 raise UsageError(f"--vocab {args.vocab}: no {name} there (a GPT-2 tokenizer directory holds vocab.json "
                                  "and merges.txt)")
-    if args.export is not None:
-        try:
-            from attnlayers.applications.gpt.export import export_gpt  # noqa: F401
-        except ImportError as error:
-            raise UsageError(f"--export: the SavedModel export is not available here ({error})") from None
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     documents = load_documents(args.corpus)
-    result = recipes.run_training(settings_from_args(args), args.out, documents=documents, vocabulary=args.vocab,
-                                  strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=args.export)
+    out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
+    export = args.export if is_chief(strategy) or args.export is None else os.path.join(out, "export")
+    result = recipes.run_training(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
+                                  strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=export)
     print(f"results: {result['results_path']}")
-    checkpoint = os.path.join(args.out, recipes.CHECKPOINT_DIR)
+    checkpoint = os.path.join(out, recipes.CHECKPOINT_DIR)
     print(f"load it: attnlayers.applications.gpt.load_hf_checkpoint({checkpoint!r}) or "
           f"transformers.GPT2LMHeadModel.from_pretrained({checkpoint!r})")
     return 0
