@@ -122,7 +122,7 @@ def test_keras_hub_weights_give_keras_hub_outputs():
     mask = ids != 0
     hidden = backbone({"token_ids": ids, "padding_mask": mask})
     expected = _np(ops.matmul(hidden, ops.transpose(backbone.token_embedding.embeddings)))  # GPT2CausalLM's logits
-    np.testing.assert_allclose(_np(ours(ids, padding_mask=mask))[mask], expected[mask], atol=1e-4)
+    np.testing.assert_allclose(_np(ours(ids, padding_mask=mask))[mask], expected[mask], atol=1e-5)  # the bar; measured 0.0
     # keras-hub's own greedy generation gives our tokens.
     hub = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     hub.compile(sampler="greedy")
