@@ -33,7 +33,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and the tokenizer's ops
 
-from attnlayers.applications.core.cli import UsageError, run_script, start_runtime, usage_error  # noqa: E402
+from attnlayers.applications.core.cli import UsageError, load_corpus, run_script, start_runtime  # noqa: E402
 
 PROG = os.path.basename(__file__)
 
@@ -100,18 +100,9 @@ def parse_args(argv=None):
 
 def load_documents(corpus):
     """The corpus' documents; problems the user can fix raise UsageError (one line)."""
-    from attnlayers.applications.core import corpora
     from attnlayers.applications.gpt import data
 
-    scheme, _, path = corpus.partition(":")
-    try:
-        if corpus == "kjv":
-            return corpora.bible_documents()
-        if scheme == "text" and path:
-            return data.read_text_documents(os.path.expanduser(path))
-    except (OSError, ValueError) as error:
-        raise usage_error(error) from None
-    raise UsageError(f"--corpus {corpus}: expected kjv or text:PATH")
+    return load_corpus(corpus, data.read_text_documents)
 
 
 def settings_from_args(args):

@@ -36,6 +36,25 @@ def start_runtime(args):
     return strategy
 
 
+def load_corpus(corpus, read_text_documents):
+    """The documents of ``--corpus``: "kjv" (the King James Bible, a document per chapter: ``corpora.bible_documents``)
+    or "text:PATH" (``read_text_documents(PATH)``, the application's reader). Problems the user can fix (a missing
+    package or file, an unreadable file, another value) raise a one-line :class:`UsageError`."""
+    import os
+
+    from . import corpora
+
+    scheme, _, path = corpus.partition(":")
+    try:
+        if corpus == "kjv":
+            return corpora.bible_documents()
+        if scheme == "text" and path:
+            return read_text_documents(os.path.expanduser(path))
+    except (OSError, ValueError) as error:
+        raise usage_error(error) from None
+    raise UsageError(f"--corpus {corpus}: expected kjv or text:PATH")
+
+
 def run_script(prog, parse_args, run, argv=None):
     """``run(parse_args(argv))``; a :class:`UsageError` prints ``"PROG: error: ..."`` to stderr and returns 2."""
     args = parse_args(argv)

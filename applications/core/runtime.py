@@ -131,9 +131,19 @@ def _keras_multi_worker_fixes():
 
     Applied once, when a multi-worker strategy is made.
     """
-    import tensorflow as tf
-    from keras.src.backend.tensorflow import trainer
+    import warnings
 
+    import tensorflow as tf
+
+    try:  # Keras' private trainer module: the only place these two steps can be changed
+        from keras.src.backend.tensorflow import trainer
+    except ImportError:
+        trainer = None
+    names = ("_maybe_symbolic_build", "reduce_per_replica", "_collective_all_reduce_multi_worker")
+    if trainer is None or not all(hasattr(trainer.TensorFlowTrainer, n) or hasattr(trainer, n) for n in names):
+        warnings.warn(f"Keras {keras.__version__} moved its TensorFlow trainer internals; the multi-worker fixes are "
+                      "not applied (Model.fit may fail under MultiWorkerMirroredStrategy).", stacklevel=3)
+        return
     if getattr(trainer, "_attnlayers_multi_worker_fixes", False):
         return
     build, reduce_per_replica = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
