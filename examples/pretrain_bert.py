@@ -20,7 +20,7 @@ At the end the script prints the held-out masked-LM and next-sentence accuracies
 most frequent training token predicted at every masked position; chance, 0.5, for NSP), draws them per epoch
 (OUT/curves.png), and saves the backbone with its vocab.txt in OUT as a Hugging Face checkpoint. Training logs
 go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same command again after an interruption
-and training resumes (keras.callbacks.BackupAndRestore).
+and training resumes (core.BackupAndRestore).
 """
 
 import argparse

@@ -16,7 +16,7 @@ At the end the script restores the epoch of lowest validation loss, prints BLEU-
 object's box, writes the paper's attention picture for a few test images, exports a `caption` SavedModel
 (uint8 images in, strings out) that loads with TensorFlow only, and says how long each phase took. Training
 logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same command again after an
-interruption and training resumes (keras.callbacks.BackupAndRestore).
+interruption and training resumes (core.BackupAndRestore).
 """
 
 import argparse

@@ -23,7 +23,7 @@ token frequencies on the same held-out tokens), a few sampled continuations of h
 perplexity per epoch (OUT/curves.png), and saves the model in OUT/checkpoint (config.json, model.safetensors,
 vocab.json, merges.txt: transformers.GPT2LMHeadModel.from_pretrained and examples/generate.py load it). --export DIR
 also writes a SavedModel. Training logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same
-command again after an interruption and training resumes (keras.callbacks.BackupAndRestore).
+command again after an interruption and training resumes (core.BackupAndRestore).
 """
 
 import argparse

@@ -19,7 +19,7 @@ test set), writes an alignment heatmap (per-layer, per-head cross-attention maps
 exports a `translate` SavedModel (strings in, strings out) that loads with tensorflow + tensorflow_text only,
 and says how long each phase took and whether --minutes stopped training. Training logs go to TensorBoard
 (`tensorboard --logdir OUT/logs`) and checkpoints to OUT/backup: run the same command again after an
-interruption and training resumes where it stopped (keras.callbacks.BackupAndRestore).
+interruption and training resumes where it stopped (core.BackupAndRestore).
 """
 
 import argparse

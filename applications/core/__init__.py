@@ -12,7 +12,8 @@ train -> evaluate -> pictures -> export recipe.
                     evaluate=..., pictures=..., export=..., out_dir=out)
 
 Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metrics``, ``schedules``,
-``callbacks`` (BudgetedLearningRate among them), ``runtime``, ``bleu``, ``recipe`` (backend-agnostic or
+``callbacks`` (BudgetedLearningRate among them), ``backup`` (``BackupAndRestore``: atomic backups, an exact
+mid-epoch resume), ``runtime``, ``bleu``, ``recipe`` (backend-agnostic or
 TensorFlow imported on use), ``files`` (``read_lines`` for the readers), ``cli`` (``UsageError``,
 ``run_script`` for the example scripts), and ``export`` (``export_generator``; imports TensorFlow, so it is not
 imported here), ``safetensors`` (NumPy reader / writer), ``weights`` (``copy_weights_by_path``), ``hf_config``
@@ -22,6 +23,7 @@ readers and their document splits; imported on use). Nothing here knows a partic
 special token ids are model attributes and tokenizers are passed in.
 """
 
+from .backup import BackupAndRestore
 from .bleu import corpus_bleu
 from .callbacks import BestWeights, BudgetedLearningRate, ProgressLog, StepCounter, TimeBudget, standard_callbacks
 from .generation import GenerativeModel, Seq2SeqGenerator, check_token_ids
@@ -43,6 +45,7 @@ from .runtime import (
 from .schedules import TransformerSchedule, WarmupCosineDecay, WarmupLinearDecay
 
 __all__ = [
+    "BackupAndRestore",
     "BestWeights",
     "BudgetedLearningRate",
     "GenerativeModel",

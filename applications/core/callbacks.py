@@ -17,6 +17,8 @@ import numpy as np
 
 from attnlayers.validation import one_of, positive_int, positive_number
 
+from .backup import BackupAndRestore
+
 
 class StepCounter(keras.callbacks.Callback):
     """Counts the training steps of ``fit``, per epoch and in all, and the seconds spent in it.
@@ -269,8 +271,8 @@ class ProgressLog(keras.callbacks.Callback):
 
 
 def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=True, backup=True, progress=False):
-    """The callbacks every example trains with, in order: progress log, TensorBoard, BackupAndRestore, time
-    budget, best weights.
+    """The callbacks every example trains with, in order: progress log, TensorBoard, BackupAndRestore (this
+    package's atomic one, :class:`~.backup.BackupAndRestore`), time budget, best weights.
 
     Args:
         out_dir: the run's folder: TensorBoard logs go to ``out_dir/logs``, checkpoints to ``out_dir/backup``
@@ -290,7 +292,7 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
     if out_dir is not None and tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs")))
     if out_dir is not None and backup:
-        callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(out_dir, "backup")))
+        callbacks.append(BackupAndRestore(os.path.join(out_dir, "backup")))
     if minutes is not None:
         callbacks.append(TimeBudget(positive_number(minutes, "minutes") * 60.0))
     if isinstance(best, dict):

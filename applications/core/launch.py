@@ -1,7 +1,7 @@
 """Local multi-worker launches: N copies of one training command on this machine, each with the ``TF_CONFIG`` of
 ``tf.distribute.MultiWorkerMirroredStrategy`` (the cluster's worker addresses on 127.0.0.1 and its own index),
 their output prefixed with the worker's index, and the whole group restarted after a failure so that
-``keras.callbacks.BackupAndRestore`` resumes it from the last backup.
+``BackupAndRestore`` (``core.backup``'s, or Keras') resumes it from the last backup.
 
     launch_workers(["python", "examples/train_nmt.py", "--strategy", "multi-worker"], num_workers=2)
 
@@ -58,7 +58,10 @@ def _relay(stream, prefix, out):
 
 
 def _stop(processes, grace):
-    """SIGTERM, then SIGKILL after ``grace`` seconds, to every process still running."""
+    """SIGTERM, then SIGKILL after ``grace`` seconds, to every process still running; returns once all have
+    exited (so a restarted group never meets the old one). TensorFlow's multi-worker runtime catches SIGTERM (its
+    preemption notifier records it and training goes on), so a worker waiting in a collective for a dead peer only
+    ends at the SIGKILL."""
     for p in processes:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -71,11 +74,14 @@ def _stop(processes, grace):
             p.wait()
 
 
-def run_group(command, num_workers, *, host="127.0.0.1", env=None, out=None, grace=10.0, poll=0.2):
-    """Starts ``num_workers`` copies of ``command`` with their ``TF_CONFIG`` and waits for them.
+def run_group(command, num_workers, *, host="127.0.0.1", env=None, out=None, grace=3.0, poll=0.2):
+    """Starts ``num_workers`` copies of ``command`` with their ``TF_CONFIG`` (on ports free at that moment: a
+    restarted group gets new ones) and waits for them.
 
     When one worker fails (a non-zero exit, e.g. killed), the others cannot go on (MultiWorkerMirroredStrategy's
-    collectives wait for every worker): they are stopped (SIGTERM, then SIGKILL after ``grace`` seconds).
+    collectives wait for every worker): they are stopped (SIGTERM, then SIGKILL after ``grace`` seconds; see
+    :func:`_stop`: TensorFlow workers only end at the SIGKILL, which loses nothing of an atomic backup,
+    :class:`~attnlayers.applications.core.backup.BackupAndRestore`).
 
     Returns:
         (exit codes, worker 0 first (negative: killed by that signal), the index of the worker that failed first or
@@ -107,11 +113,11 @@ def run_group(command, num_workers, *, host="127.0.0.1", env=None, out=None, gra
     return [p.returncode for p in processes], failed
 
 
-def launch_workers(command, num_workers=2, *, max_restarts=0, host="127.0.0.1", env=None, out=None, grace=10.0):
+def launch_workers(command, num_workers=2, *, max_restarts=0, host="127.0.0.1", env=None, out=None, grace=3.0):
     """Runs ``command`` as a local cluster of ``num_workers`` workers (:func:`run_group`), restarting the whole
-    group up to ``max_restarts`` times after a failure. With ``keras.callbacks.BackupAndRestore`` in the training
-    command (every example script has it), a restarted group resumes from the last backup instead of from the
-    start.
+    group up to ``max_restarts`` times after a failure. With ``BackupAndRestore`` in the training command (every
+    example script has ``core.backup``'s, through ``standard_callbacks``), a restarted group resumes from the last
+    backup instead of from the start.
 
     Args:
         command: the argv of one worker (e.g. ``["python", "examples/train_gpt.py", "--strategy",
@@ -121,6 +127,7 @@ def launch_workers(command, num_workers=2, *, max_restarts=0, host="127.0.0.1", 
         host: the address the workers listen on (127.0.0.1: this machine).
         env: extra environment variables for the workers.
         out: where the workers' prefixed output goes (default sys.stdout).
+        grace: seconds between the SIGTERM and the SIGKILL that stop the rest of a failed group.
 
     Returns:
         0 when every worker of the last group exited 0, else the exit code of the worker that failed first (a

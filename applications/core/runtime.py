@@ -213,9 +213,9 @@ def is_chief(strategy=None):
 
 def worker_directory(out_dir, strategy=None):
     """Where this process writes a run's files: ``out_dir`` for the chief (or a single process), else
-    ``out_dir/worker-{index}``, so that workers never write the same file (BackupAndRestore's weights,
-    TensorBoard's events, the results) at the same time. The weights are the same on every worker (synchronous
-    training): the chief's copy is the run's."""
+    ``out_dir/worker-{index}``, so that workers never write the same file (TensorBoard's events, the results) at
+    the same time. The weights are the same on every worker (synchronous training): the chief's copy is the run's;
+    ``core.BackupAndRestore`` writes the chief's backup only, and restores every worker from it."""
     if out_dir is None or is_chief(strategy):
         return out_dir
     return os.path.join(out_dir, f"worker-{strategy.cluster_resolver.task_id}")

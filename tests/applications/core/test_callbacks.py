@@ -1,11 +1,16 @@
 """Training callbacks: BestWeights (best epoch, checkpoint averaging), TimeBudget (where it stopped),
-BudgetedLearningRate, StepCounter, ProgressLog and the standard list."""
+BudgetedLearningRate, StepCounter, ProgressLog, the standard list, and BackupAndRestore (a write killed half-way
+leaves the previous backup; a mid-epoch resume trains no batch twice)."""
+
+import json
+import os
 
 import keras
 import numpy as np
 import pytest
 
 from attnlayers.applications.core import (
+    BackupAndRestore,
     BestWeights,
     BudgetedLearningRate,
     ProgressLog,
@@ -208,3 +213,141 @@ def test_budgeted_learning_rate_under_mirrored_strategy_and_loss_scaling():
     model.fit(np.zeros((16, 3)), np.zeros(16), batch_size=8, epochs=2, verbose=0, callbacks=[schedule, seen])
     p = np.arange(4) / 4
     np.testing.assert_allclose(seen.rates, 0.05 * np.clip(np.minimum(p / 0.5, (1 - p) / 0.5), 0, 1), rtol=1e-6)
+
+
+# BackupAndRestore (core.backup): atomic backups, the restore of the last complete one, an exact mid-epoch resume.
+
+class _Crash(Exception):
+    """Stands for a kill: nothing of fit runs after it (no on_train_end)."""
+
+
+def _backup_model(dropout=False):
+    keras.utils.set_random_seed(0)
+    layers = [keras.layers.Dense(4), keras.layers.Dropout(0.3), keras.layers.Dense(1)] if dropout else \
+        [keras.layers.Dense(2), keras.layers.Dense(1)]
+    model = keras.Sequential([keras.Input((3,)), *layers])
+    model.compile(keras.optimizers.Adam(0.05), "mse")
+    return model
+
+
+_X = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")  # 4 batches of 8 per epoch
+
+
+def _backup_fit(model, callbacks, epochs=3):
+    return model.fit(_X, _X.sum(1), epochs=epochs, batch_size=8, shuffle=False, verbose=0, callbacks=callbacks)
+
+
+class _Stop(keras.callbacks.Callback):
+    """Raises _Crash after ``at`` batches (counted over the whole fit), or at the start of training (at=0), after
+    snapshotting the weights."""
+
+    def __init__(self, at=0):
+        super().__init__()
+        self.at, self.batches, self.weights = at, 0, None
+
+    def on_train_begin(self, logs=None):
+        self.weights = self.model.get_weights()
+        if self.at == 0:
+            raise _Crash
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+        if self.batches == self.at:
+            raise _Crash
+
+
+def _restore(backup_dir, **kwargs):
+    """What a new fit restores from ``backup_dir``: (the callback, the weights at the start of training)."""
+    callback, stop = BackupAndRestore(backup_dir, **kwargs), _Stop()
+    with pytest.raises(_Crash):
+        _backup_fit(_backup_model(), [callback, stop])
+    return callback, stop.weights
+
+
+@pytest.mark.parametrize("torn", ["weights", "pointer"])
+def test_backup_killed_while_writing_restores_the_previous_complete_backup(tmp_path, monkeypatch, torn):
+    """The third backup (epoch 1, after batch 2) dies half-way: in its weights file (a torn HDF5 file left behind)
+    or after it, while replacing the pointer. The restore gets the second backup (epoch 0 done) whole."""
+    from attnlayers.applications.core import backup as module
+
+    model, saved = _backup_model(), []
+    save_weights, replace = model.save_weights, os.replace
+
+    def tearing_save_weights(filepath, overwrite=True):
+        if torn == "weights" and len(saved) == 2:
+            with open(filepath, "wb") as f:
+                f.write(b"\x89HDF\r\n\x1a\n" + bytes(200))
+            raise _Crash
+        save_weights(filepath, overwrite=overwrite)
+        saved.append(model.get_weights())
+
+    def failing_replace(src, dst):
+        if len(saved) == 3:
+            raise _Crash
+        return replace(src, dst)
+
+    model.save_weights = tearing_save_weights
+    if torn == "pointer":
+        monkeypatch.setattr(module.os, "replace", failing_replace)
+    with pytest.raises(_Crash):
+        _backup_fit(model, [BackupAndRestore(tmp_path, save_freq=2)])
+    monkeypatch.undo()
+    left = sorted(os.listdir(tmp_path))
+    assert "weights-000003.weights.h5" in left and (torn == "weights" or any(".tmp-" in n for n in left))
+    callback, restored = _restore(tmp_path, save_freq=2)
+    assert callback.restored == {"epoch": 1, "step": 0, "iterations": 4, "weights": "weights-000002.weights.h5",
+                                 "seeds": [], "previous": None}
+    for got, expected in zip(restored, saved[1]):
+        np.testing.assert_array_equal(got, expected)
+    assert sorted(os.listdir(tmp_path)) == ["backup.json", "weights-000002.weights.h5"]  # leftovers deleted
+
+
+def test_backup_resumes_at_the_epoch_it_stopped_as_keras_does(tmp_path):
+    """save_freq="epoch": interrupted at the start of epoch 3 of 5, the next fit runs the last 3 epochs and ends
+    with the weights of an uninterrupted fit; the backup is deleted at the end."""
+    uninterrupted = _backup_model()
+    _backup_fit(uninterrupted, [], epochs=5)
+    with pytest.raises(_Crash):
+        _backup_fit(_backup_model(), [BackupAndRestore(tmp_path), _Stop(at=9)], epochs=5)  # in epoch 3
+    model, callback = _backup_model(), BackupAndRestore(tmp_path)
+    history = _backup_fit(model, [callback], epochs=5)
+    assert callback.restored["epoch"] == 2 and callback.skipped == 0
+    assert len(history.history["loss"]) == 3 and not os.path.exists(tmp_path)
+    for got, expected in zip(model.get_weights(), uninterrupted.get_weights()):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the batches are dropped in TF's fit loop")
+def test_backup_resumes_mid_epoch_without_training_a_batch_twice(tmp_path):
+    """Killed after batch 7 (epoch 1, batch 3) with a backup every 2 batches: the resume restores epoch 1 after
+    batch 2, drops those 2 batches, trains the 6 steps left, and ends bit for bit where an uninterrupted fit does
+    (Keras' own callback would train epoch 1's first 2 batches twice: 14 steps). The dropout layer's seed state
+    comes back too: the same masks."""
+    uninterrupted = _backup_model(dropout=True)
+    _backup_fit(uninterrupted, [])
+    with pytest.raises(_Crash):
+        _backup_fit(_backup_model(dropout=True), [BackupAndRestore(tmp_path, save_freq=2), _Stop(at=7)])
+    model, callback = _backup_model(dropout=True), BackupAndRestore(tmp_path, save_freq=2)
+    _backup_fit(model, [callback])
+    assert (callback.restored["epoch"], callback.restored["step"], callback.skipped) == (1, 2, 2)
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 12
+    for got, expected in zip(model.get_weights(), uninterrupted.get_weights()):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_backup_falls_back_to_the_previous_backup_and_reads_keras_layout(tmp_path):
+    with pytest.raises(_Crash):
+        _backup_fit(_backup_model(), [BackupAndRestore(tmp_path / "double", save_freq=2, double_checkpoint=True),
+                                      _Stop(at=5)])
+    pointer = json.loads((tmp_path / "double" / "backup.json").read_text())
+    assert (pointer["weights"], pointer["previous"]["weights"]) == ("weights-000002.weights.h5",
+                                                                    "weights-000001.weights.h5")
+    (tmp_path / "double" / pointer["weights"]).write_bytes(b"not HDF5")  # the latest is unreadable
+    with pytest.warns(UserWarning, match="restoring the previous backup"):
+        callback, _ = _restore(tmp_path / "double", double_checkpoint=True)
+    assert (callback.restored["epoch"], callback.restored["step"]) == (0, 2)
+    # A backup that keras.callbacks.BackupAndRestore wrote (after epoch 1) resumes at epoch 1.
+    with pytest.raises(_Crash):
+        _backup_fit(_backup_model(), [keras.callbacks.BackupAndRestore(tmp_path / "keras"), _Stop(at=5)])
+    callback, _ = _restore(tmp_path / "keras")
+    assert callback.restored["epoch"] == 1 and callback.skipped == 0

@@ -1,10 +1,12 @@
 """The local multi-worker launcher: each worker gets its own TF_CONFIG (the same cluster, its own index, distinct
-free ports), output is prefixed by worker, a failed worker stops the group, and the group is restarted up to
---max-restarts times. Workers here are tiny Python commands (no TensorFlow)."""
+free ports), output is prefixed by worker, a failed worker stops the group (SIGKILLed after the grace when it
+ignores SIGTERM), and the group is restarted, on new ports once the old one is gone, up to --max-restarts times.
+Workers here are tiny Python commands (no TensorFlow)."""
 
 import io
 import json
 import sys
+import time
 
 import pytest
 from attnlayers.applications.core import launch
@@ -27,7 +29,7 @@ def test_each_worker_gets_the_cluster_and_its_own_index():
 
 
 def test_a_failed_worker_stops_the_group_and_the_group_restarts(tmp_path):
-    # Worker 1 fails on the first two attempts (counted in a file); worker 0 would otherwise wait for a minute.
+    # Worker 1 fails on the first two attempts (counted in a file); worker 0 waits (up to a minute) for its third.
     script = (
         "import json, os, pathlib, sys, time\n"
         "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
@@ -37,7 +39,9 @@ def test_a_failed_worker_stops_the_group_and_the_group_restarts(tmp_path):
         "    tries.write_text(str(n + 1))\n"
         "    print('attempt', n, flush=True)\n"
         "    sys.exit(3 if n < 2 else 0)\n"
-        "time.sleep(0.5 if tries.exists() and int(tries.read_text()) > 2 else 60)\n"
+        "deadline = time.monotonic() + 60\n"  # worker 1 may write its third try after this worker starts
+        "while time.monotonic() < deadline and not (tries.exists() and int(tries.read_text() or 0) > 2):\n"
+        "    time.sleep(0.1)\n"
     )
     out = io.StringIO()
     code = launch.launch_workers([sys.executable, "-c", script], 2, max_restarts=1, out=out, grace=2.0)
@@ -75,3 +79,39 @@ def test_the_example_script_passes_the_command_after_the_separator(monkeypatch):
     assert args.workers == 3 and args.command == ["python", "train.py", "--strategy", "multi-worker"]
     with pytest.raises(SystemExit):
         example.parse_args(["--workers", "2"])
+
+
+def test_a_restarted_group_starts_after_the_old_one_is_gone_on_new_ports(tmp_path):
+    """Worker 1 fails at once on the first attempt; worker 0 ignores SIGTERM (as TensorFlow's multi-worker runtime
+    does) and would wait for a minute: it is SIGKILLed after the grace, before the second group starts (whose
+    workers find no process of the first alive), and the second group listens on other ports."""
+    script = (
+        "import json, os, pathlib, signal, sys, time\n"
+        "config = json.loads(os.environ['TF_CONFIG'])\n"
+        "index, mine = config['task']['index'], ','.join(config['cluster']['worker'])\n"
+        f"log = pathlib.Path({str(tmp_path / 'log')!r})\n"
+        "lines = [line.split() for line in log.read_text().splitlines()] if log.exists() else []\n"
+        "old = [int(pid) for _, addresses, pid in lines if addresses != mine]\n"
+        "def alive(pid):\n"
+        "    try:\n"
+        "        os.kill(pid, 0)\n"
+        "        return True\n"
+        "    except ProcessLookupError:\n"
+        "        return False\n"
+        "print('attempt', 1 if old else 0, 'old alive', sum(map(alive, old)), flush=True)\n"
+        "with log.open('a') as f:\n"
+        "    f.write(f'{index} {mine} {os.getpid()}\\n')\n"
+        "if index == 1:\n"
+        "    sys.exit(0 if old else 3)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "time.sleep(0.5 if old else 60)\n"
+    )
+    out = io.StringIO()
+    start = time.monotonic()
+    assert launch.launch_workers([sys.executable, "-c", script], 2, max_restarts=1, out=out, grace=0.5) == 0
+    assert time.monotonic() - start < 30  # not the minute worker 0 would have slept
+    log = out.getvalue()
+    assert "[launcher] worker 1 failed (exit code 3; the group's [-9, 3])" in log  # worker 0: SIGKILLed
+    assert "[worker 0] attempt 1 old alive 0" in log and "[worker 1] attempt 1 old alive 0" in log
+    first, second = {line.split()[1] for line in (tmp_path / "log").read_text().splitlines()}
+    assert not set(first.split(",")) & set(second.split(","))

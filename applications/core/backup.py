@@ -1,0 +1,359 @@
+"""A ``keras.callbacks.BackupAndRestore`` whose backup survives a kill at any instant and which resumes an
+interrupted epoch where it stopped: the drop-in :class:`BackupAndRestore` that
+:func:`~attnlayers.applications.core.callbacks.standard_callbacks` trains with.
+
+    callback = BackupAndRestore("artifacts/run/backup", save_freq=50)   # every 50 batches (or "epoch")
+    model.fit(train, epochs=10, callbacks=[callback])                  # killed? run the same fit again
+
+What Keras' own (3.x) callback does differently:
+
+- It overwrites ``latest.weights.h5`` and then ``training_metadata.json`` in place: a kill during the first write
+  leaves a truncated weights file, a kill between the two leaves new weights beside the old epoch.
+- A mid-epoch backup records the batch, but the resume ignores it: the interrupted epoch runs again from its first
+  batch with weights that already learned from part of it, so those batches are trained on twice. And a resumed
+  run's own mid-epoch backups record epoch 0 until its first epoch ends.
+- Under ``MultiWorkerMirroredStrategy`` every worker writes the same files (at once, when they share ``backup_dir``),
+  and each restores its own: a kill between two workers' writes restores them at different steps, after which
+  their weights differ and their step counts (and so their collectives) no longer match.
+
+Here:
+
+- Layout of ``backup_dir``: ``weights-{n}.weights.h5`` (``n`` counts the backups) and ``backup.json``, the pointer
+  ``{"epoch": e, "step": s, "iterations": i, "weights": "weights-{n}.weights.h5", "seeds": [...], "previous": {...} |
+  null}``: ``s`` batches of epoch ``e`` (0-based) are done; ``seeds`` holds the states of the layers' seed generators
+  (dropout's), which ``save_weights`` leaves out. A backup writes a new weights file, fsyncs it, then replaces the
+  pointer atomically (a temporary file, fsync, ``os.replace``, fsync of the folder), and only then deletes the weights
+  the old pointer named. A kill at any instant leaves the old pointer with its weights or the new pointer with its
+  weights; the weights and the step they belong to are one record. Leftovers of a killed write (weights no pointer
+  names, temporary pointers) are deleted when training starts. On an object store (``gs://``...) the pointer is
+  written whole in one request, which such stores make atomic. ``double_checkpoint=True`` keeps the previous backup
+  too and restores it if the latest cannot be read.
+- Resume: the weights, the optimizer's state and the seed generators' states come back, fit starts at epoch ``e``, and
+  on the TensorFlow backend the first ``s`` batches of epoch ``e`` are drawn from the data and dropped without
+  training (the model's train function is swapped for one that only advances the iterator), so every batch trains
+  exactly once and, with deterministic ops and data whose epoch ``e`` comes in the same order in a new process (no
+  shuffling, or a seeded ``shuffle(..., reshuffle_each_iteration=False)``), the resumed run ends with the weights of
+  an uninterrupted one. (Data reshuffled every epoch, as ``fit`` does to arrays, comes in another order after a
+  restart, in a new process: the resumed run is then as good as another shuffle, not the same bits.) The skipped
+  batches still pass through the callbacks' batch hooks (with empty logs), and the resumed epoch's metrics cover only
+  the batches after the resume. Other backends restart the interrupted epoch from its first batch, as Keras does.
+- Multi-worker (``MultiWorkerMirroredStrategy``): only the chief (:func:`~.runtime.is_chief`) writes
+  ``backup_dir``; the other workers save the same way into a private temporary folder that they delete (so that
+  every worker takes part in each save, should reading a variable need a collective), and never write the
+  chief's files, whatever ``backup_dir`` they were given (``runtime.worker_directory``'s, or the chief's own). On
+  restore the chief reads its backup and broadcasts it (the step, then every variable, by all-reduces to which the
+  other workers add zeros): every worker resumes from the chief's backup, at the same step, without a shared file
+  system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+
+import keras
+import numpy as np
+from keras.src.utils import file_utils
+
+from .runtime import is_chief
+
+POINTER = "backup.json"
+_WEIGHTS = re.compile(r"^weights-(\d+)\.weights\.h5$")
+_LEGACY = ("latest.weights.h5", "training_metadata.json", "latest.weights.h5.bkp", "training_metadata.json.bkp")
+
+
+def _fsync_path(path, directory=False):
+    """Flushes ``path`` (a file, or a folder's entries) to disk; a no-op where the OS cannot open folders."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _multi_worker(strategy):
+    """Whether ``strategy`` is a MultiWorkerMirroredStrategy of more than one worker."""
+    if strategy is None or keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    return getattr(strategy.extended, "_num_workers", 1) > 1
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """``keras.callbacks.BackupAndRestore`` (same arguments) with atomic backups, an exact mid-epoch resume and
+    chief-only writes under multi-worker training: see the module's docstring.
+
+    Args:
+        backup_dir: the folder of the backup (only this callback's files may be there).
+        save_freq: "epoch" (after every epoch) or N (after every N batches; the last backup of an epoch is marked
+            as that epoch done).
+        double_checkpoint: also keep the previous backup, restored when the latest cannot be read.
+        delete_checkpoint: delete ``backup_dir`` when ``fit`` ends.
+
+    Attributes:
+        restored: the pointer restored by the last ``on_train_begin`` (a dict: epoch, step, iterations, weights),
+            or None when training started from scratch.
+        skipped: the batches the resumed epoch dropped (0 without a mid-epoch resume).
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True):
+        super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=double_checkpoint,
+                         delete_checkpoint=delete_checkpoint)
+        self._pointer_path = file_utils.join(backup_dir, POINTER)
+        self._remote = file_utils.is_remote_path(backup_dir)
+        self.restored, self.skipped = None, 0
+        self._pointer, self._number = None, 0  # the committed pointer (None: no backup) and the last weights' n
+        self._writes, self._scratch = True, None
+        self._skip_until, self._train_function = 0, None
+        self._epoch_done, self._since_save = 0, 0
+
+    # -- storage --
+
+    def _read_pointer(self):
+        if not file_utils.exists(self._pointer_path):
+            return None
+        with file_utils.File(self._pointer_path, "r") as f:
+            return json.loads(f.read())
+
+    def _write_pointer(self, pointer):
+        text = json.dumps(pointer)
+        if self._remote:  # an object store writes one object whole or not at all
+            with file_utils.File(self._pointer_path, "w") as f:
+                f.write(text)
+            return
+        temporary = f"{self._pointer_path}.tmp-{os.getpid()}"
+        with open(temporary, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, self._pointer_path)  # atomic on POSIX and Windows
+        _fsync_path(self.backup_dir, directory=True)
+
+    def _kept_names(self, pointer):
+        names = set()
+        while pointer:
+            names.add(pointer["weights"])
+            pointer = pointer.get("previous")
+        return names
+
+    def _clean(self, pointer):
+        """Deletes what no committed pointer needs: weights of killed or superseded writes, temporary pointers,
+        and the files of Keras' own layout once this one has a backup."""
+        if not file_utils.exists(self.backup_dir):
+            return
+        kept = self._kept_names(pointer)
+        for name in file_utils.listdir(self.backup_dir):
+            stale = (_WEIGHTS.match(name) and name not in kept) or name.startswith(f"{POINTER}.tmp")
+            if stale or (pointer is not None and name in _LEGACY):
+                file_utils.remove(file_utils.join(self.backup_dir, name))
+
+    def _save(self, epoch, step):
+        """Backs up the weights as ``step`` batches of ``epoch`` done: a new weights file, then the pointer."""
+        iterations = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.model.optimizer else 0
+        if not self._writes:  # a non-chief worker: the same save, into its scratch folder, then dropped
+            path = os.path.join(self._scratch, "scratch.weights.h5")
+            self.model.save_weights(path, overwrite=True)
+            os.remove(path)
+            return
+        if not file_utils.exists(self.backup_dir):
+            file_utils.makedirs(self.backup_dir)
+        self._number += 1
+        name = f"weights-{self._number:06d}.weights.h5"
+        path = file_utils.join(self.backup_dir, name)
+        self.model.save_weights(path, overwrite=True)
+        if not self._remote:
+            _fsync_path(path)
+        previous = None
+        if self.double_checkpoint and self._pointer is not None:
+            previous = {k: v for k, v in self._pointer.items() if k != "previous"}
+        pointer = {"epoch": int(epoch), "step": int(step), "iterations": iterations, "weights": name,
+                   "seeds": [keras.ops.convert_to_numpy(v).tolist() for v in self._seed_variables()],
+                   "previous": previous}
+        self._write_pointer(pointer)  # the commit
+        self._pointer = pointer
+        self._clean(pointer)
+
+    def _mark_epoch_done(self, epoch):
+        """The latest backup was taken after the last batch of ``epoch``: point at it as epoch + 1, step 0."""
+        if self._writes and self._pointer is not None:
+            pointer = {**self._pointer, "epoch": int(epoch) + 1, "step": 0}
+            self._write_pointer(pointer)
+            self._pointer = pointer
+
+    def _seed_variables(self):
+        """The model's variables that ``save_weights`` leaves out: the states of its layers' seed generators
+        (dropout masks, ...), kept in the pointer so that a resumed run draws the masks an uninterrupted one would."""
+        weights = {id(v) for v in self.model.weights}
+        return [v for v in self.model.variables if id(v) not in weights]
+
+    def _load(self, pointer):
+        """Loads the weights ``pointer`` names (with the optimizer's state and the seed generators' states, when it
+        has them); returns the pointer restored."""
+        restored = self._load_weights(pointer)
+        seeds, variables = restored.get("seeds"), self._seed_variables()
+        if seeds is not None and len(seeds) == len(variables):
+            for variable, value in zip(variables, seeds):
+                variable.assign(np.asarray(value, dtype=keras.backend.standardize_dtype(variable.dtype)))
+        return restored
+
+    def _load_weights(self, pointer):
+        optimizer = self.model.optimizer
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.model.trainable_variables)  # its variables must exist to be loaded
+        try:
+            self.model.load_weights(file_utils.join(self.backup_dir, pointer["weights"]))
+        except OSError:
+            previous = pointer.get("previous")
+            if not previous:
+                raise
+            warnings.warn(f"BackupAndRestore: {pointer['weights']} could not be read; restoring the previous backup "
+                          f"({previous['weights']}).", stacklevel=2)
+            self.model.load_weights(file_utils.join(self.backup_dir, previous["weights"]))
+            return previous
+        return pointer
+
+    # -- multi-worker --
+
+    def _broadcast(self, values, strategy):
+        """The chief's ``values`` (NumPy arrays) on every worker: all-reduce sums to which the others add zeros."""
+        import tensorflow as tf
+
+        out = []
+        for value in values:
+            value = np.asarray(value)
+            exact = np.issubdtype(value.dtype, np.floating)  # x + 0 is x; integers go through float64 (< 2**53)
+            mine = value if self._writes else np.zeros_like(value)
+            tensor = tf.constant(mine if exact else mine.astype(np.float64))
+            summed = strategy.reduce("SUM", tensor, axis=None).numpy()
+            out.append(summed if exact else summed.astype(value.dtype))
+        return out
+
+    def _restore_multi_worker(self, strategy):
+        """Every worker takes the chief's backup: whether there is one and its step, then every variable."""
+        pointer = self._restore_local() if self._writes else None
+        header = [1.0, pointer["epoch"], pointer["step"], pointer["iterations"] or 0] if pointer else [0.0] * 4
+        present, epoch, step, iterations = self._broadcast([np.array(header, np.float64)], strategy)[0]
+        if not present:
+            return None
+        variables = self._state_variables()
+        values = self._broadcast([keras.ops.convert_to_numpy(v) for v in variables], strategy)
+        if not self._writes:
+            for variable, value in zip(variables, values):
+                variable.assign(value)
+        return pointer or {"epoch": int(epoch), "step": int(step), "iterations": int(iterations), "weights": None}
+
+    def _state_variables(self):
+        """The variables a restore sets: the model's (seed generators' included) and the optimizer's (metrics
+        excluded)."""
+        seen, variables = set(), []
+        optimizer = self.model.optimizer
+        for v in list(self.model.variables) + (list(optimizer.variables) if optimizer is not None else []):
+            if id(v) not in seen:
+                seen.add(id(v))
+                variables.append(v)
+        return variables
+
+    def _restore_local(self):
+        """Restores this process's backup (also Keras' own layout); returns its pointer or None."""
+        pointer = self._read_pointer()
+        if pointer is None:
+            if file_utils.exists(self._weights_path):  # written by keras.callbacks.BackupAndRestore
+                super()._load_model()
+                epoch = self.model._initial_epoch or 0
+                return {"epoch": epoch, "step": 0, "iterations": None, "weights": None}
+            return None
+        self._clean(pointer)
+        restored = self._load(pointer)
+        self._pointer = pointer
+        return restored
+
+    # -- callback hooks --
+
+    def on_train_begin(self, logs=None):
+        if not self.model.built:
+            raise ValueError("To use the BackupAndRestore callback, your model must be built before you call "
+                             f"`fit()`. Model {self.model} is unbuilt. You can build it beforehand by calling it "
+                             "on a batch of data.")
+        strategy = getattr(self.model, "distribute_strategy", None)
+        multi_worker = _multi_worker(strategy)
+        self._writes = not multi_worker or is_chief(strategy)
+        if not self._writes and self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="backup-worker-")
+        self._pointer, self._number = None, 0
+        if self._writes and file_utils.exists(self.backup_dir):  # new weights never reuse a name
+            numbers = [int(m.group(1)) for m in map(_WEIGHTS.match, file_utils.listdir(self.backup_dir)) if m]
+            self._number = max(numbers, default=0)
+        self.restored = self._restore_multi_worker(strategy) if multi_worker else self._restore_local()
+        self.skipped, self._skip_until, self._since_save = 0, 0, 0
+        if self.restored is not None:
+            self.model._initial_epoch = self.restored["epoch"]  # fit: `self._initial_epoch or initial_epoch`
+            self._current_epoch = self.restored["epoch"]
+            self._skip_until = self.restored["step"]
+            if self._skip_until and keras.backend.backend() != "tensorflow":
+                warnings.warn("BackupAndRestore: resuming mid-epoch drops the batches already trained on only "
+                              "with the TensorFlow backend; here the epoch restarts from its first batch.",
+                              stacklevel=2)
+                self._skip_until = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._current_epoch, self._epoch_done = epoch, 0
+        if epoch != (self.restored or {}).get("epoch"):
+            self._skip_until = 0
+
+    def _skip(self, iterator):
+        """The train function of a dropped batch: draws ``steps_per_execution`` batches, trains on none."""
+        for _ in range(getattr(self.model, "steps_per_execution", 1) or 1):
+            next(iterator)
+        return {}
+
+    def on_train_batch_begin(self, batch, logs=None):
+        skipping = batch < self._skip_until
+        if skipping and self._train_function is None:
+            self._train_function, self.model.train_function = self.model.train_function, self._skip
+        elif not skipping and self._train_function is not None:
+            self.model.train_function, self._train_function = self._train_function, None
+        if skipping:
+            self.skipped = batch + (getattr(self.model, "steps_per_execution", 1) or 1)
+
+    def on_train_batch_end(self, batch, logs=None):
+        done = batch + 1  # batches of this epoch done, the dropped ones included
+        if done <= self._skip_until:
+            self._epoch_done = done
+            return
+        self._since_save += done - self._epoch_done
+        self._epoch_done = done
+        if self.save_freq != "epoch" and self._since_save >= self.save_freq:
+            self._since_save = 0
+            self._save(self._current_epoch, done)
+
+    def on_epoch_end(self, epoch, logs=None):
+        complete = not self.model.stop_training  # else a TimeBudget (or the like) cut the epoch short
+        if self.save_freq == "epoch":
+            self._save(epoch + 1, 0) if complete else self._save(epoch, self._epoch_done)
+        elif complete and self._since_save == 0 and self._epoch_done:
+            self._mark_epoch_done(epoch)  # the last batch was backed up: resume at the next epoch
+        self._current_epoch = epoch + 1
+
+    def on_train_end(self, logs=None):
+        if self._train_function is not None:
+            self.model.train_function, self._train_function = self._train_function, None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+        if self._writes and self.delete_checkpoint and file_utils.exists(self.backup_dir):
+            file_utils.rmtree(self.backup_dir)
+
+
+__all__ = ["BackupAndRestore", "POINTER"]
