@@ -36,9 +36,9 @@ Differences from the reference's create_pretraining_data.py, all deliberate: ran
 from the non-special tokens (the reference draws from the whole vocabulary, [PAD] and [CLS] included); [UNK] is
 never chosen (as in Hugging Face's data collator); the 15% counts the non-special tokens (the reference counts the
 three special tokens too); masks are drawn anew each epoch from `seed` (dynamic masking, Liu et al. 2019; the
-reference fixes ten masks by copying the data, dupe_factor=10), while the NSP pairs are drawn once (the reference
-draws them anew for each copy); too-long pairs lose tokens from the end of the longer segment (the reference
-removes them from a random end of it).
+reference fixes ten masks by copying the data, dupe_factor=10; `dynamic_masking=False` keeps one set for every
+epoch), while the NSP pairs are drawn once (the reference draws them anew for each copy); too-long pairs lose tokens
+from the end of the longer segment (the reference removes them from a random end of it).
 
 Lower-level pieces, all TensorFlow ops (usable in a serving SavedModel): `pack` (and `is_truncated`),
 `MaskedLMMasker`; in Python: `tokenize_documents` and `next_sentence_pairs`.
@@ -421,6 +421,7 @@ def pretraining_dataset(
     short_sequence_probability: float = 0.1,
     shuffle: bool = True,
     drop_remainder: bool = False,
+    dynamic_masking: bool = True,
 ):
     """MLM + NSP batches for `model.fit` (see the module docstring for the exact structure).
 
@@ -435,6 +436,10 @@ def pretraining_dataset(
         short_sequence_probability: see `next_sentence_pairs`.
         shuffle: shuffle the pairs each epoch (False: document order).
         drop_remainder: drop the last smaller batch (static batch size).
+        dynamic_masking: new masks (and order, with `shuffle`) each pass over the dataset, i.e. each new iterator
+            (Liu et al. 2019). False: the same masks every pass: the batches depend on `seed` alone, however many
+            times the dataset was iterated before (Keras' `fit` under a tf.distribute strategy iterates it once
+            more than without one, to build the model), as comparisons across placements need.
 
     Returns:
         A `tf.data.Dataset` of `(features, labels, sample_weights)`.
@@ -451,10 +456,10 @@ def pretraining_dataset(
     ds = tf.data.Dataset.from_tensor_slices(
         (_ragged([p.segment_a for p in pairs]), _ragged([p.segment_b for p in pairs]), labels))
     if shuffle:
-        ds = ds.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=bool(dynamic_masking))
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
-    # One random number per batch, different each epoch, seeds that batch's masks.
-    ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True))
+    # One random number per batch, different each epoch (with dynamic_masking), seeds that batch's masks.
+    ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=bool(dynamic_masking)))
 
     def make(pair, batch_seed):
         segment_a, segment_b, next_sentence_label = pair

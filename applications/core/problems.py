@@ -13,7 +13,7 @@ The same jobs run from the command line, one process (or one worker) each, for m
 backend and the steps/s tables of ``benchmarks/scale_out.py``:
 
     python -m attnlayers.applications.core.problems attnlayers.applications.gpt.problem \\
-        --placement multi-worker --out weights.npz
+        attnlayers.applications.bert.problem --placement multi-worker --out weights/   # weights/{gpt,bert}.npz
 
 A problem's data is static: every batch has the same shapes (padded to fixed lengths, ``drop_remainder``), no
 shuffling, so that N replicas see exactly the global batches one device sees.
@@ -43,7 +43,8 @@ class TrainingProblem:
     Attributes:
         name: the application ("nmt", "captioning", "bert", "gpt").
         build: builds and compiles the model (seeded by :func:`train`; called inside the strategy's scope).
-            Takes ``jit_compile`` (bool) and passes it to ``model.compile``.
+            Takes ``jit_compile`` (True, False or "auto": Keras' default, XLA under JAX and on TensorFlow
+            GPUs / TPUs) and passes it to ``model.compile``.
         dataset: ``global_batch -> tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` batches of
             exactly ``global_batch`` examples with static shapes (``drop_remainder=True``), unshuffled, at least
             ``steps`` batches long.
@@ -69,7 +70,7 @@ def load_problem(module, seed=0):
     return importlib.import_module(module).training_problem(seed=seed)
 
 
-def build(problem, strategy=None, *, jit_compile=False):
+def build(problem, strategy=None, *, jit_compile="auto"):
     """The problem's compiled model, seeded, its variables created under ``strategy`` (TensorFlow) if given."""
     keras.utils.set_random_seed(problem.seed)
     if strategy is None:
@@ -78,8 +79,26 @@ def build(problem, strategy=None, *, jit_compile=False):
         return problem.build(jit_compile=jit_compile)
 
 
-def train(problem, strategy=None, *, steps=None, jit_compile=False, verbose=0):
-    """Trains the problem's model for ``steps`` (default ``problem.steps``) global batches with ``Model.fit``.
+class StepTimes(keras.callbacks.Callback):
+    """The wall-clock end time of every training batch, for steps per second after the first (compiling) ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.times.append(time.perf_counter())
+
+    def steps_per_second(self, skip=2):
+        """Steps per second over the batches after the first ``skip`` (which hold the tracing and compilation)."""
+        if len(self.times) < skip + 2:
+            raise ValueError(f"timing needs at least {skip + 2} steps; {len(self.times)} ran.")
+        return (len(self.times) - 1 - skip) / (self.times[-1] - self.times[skip])
+
+
+def train(problem, strategy=None, *, steps=None, jit_compile="auto", verbose=0, callbacks=()):
+    """Trains the problem's model for ``steps`` (default ``problem.steps``) global batches with ``Model.fit``
+    (the problem's batches in order, repeated if ``steps`` is more than it has).
 
     Returns:
         ``(weights, losses)``: the model's weights as NumPy arrays, and the loss ``fit`` logged per epoch (here
@@ -87,8 +106,8 @@ def train(problem, strategy=None, *, steps=None, jit_compile=False, verbose=0):
     """
     steps = problem.steps if steps is None else steps
     model = build(problem, strategy, jit_compile=jit_compile)
-    data = problem.dataset(problem.global_batch).take(steps)
-    history = model.fit(data, epochs=1, verbose=verbose)
+    data = problem.dataset(problem.global_batch).repeat().take(steps)
+    history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=verbose, callbacks=list(callbacks))
     return [np.asarray(w) for w in model.get_weights()], history.history["loss"]
 
 
@@ -167,35 +186,44 @@ def _task_index():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        description="Train one application's small scale-out job under one placement; save its final weights.")
-    parser.add_argument("module", help="the application's problem module, e.g. attnlayers.applications.gpt.problem")
+        description="Train applications' small scale-out jobs under one placement, one after the other in this "
+                    "process; print one JSON line per job and save its final weights.")
+    parser.add_argument("modules", nargs="+",
+                        help="problem modules, e.g. attnlayers.applications.gpt.problem")
     parser.add_argument("--placement", choices=PLACEMENTS, default="none",
                         help="none (one device), mirrored (2 logical CPUs), multi-worker (TF_CONFIG), "
                              "jax-data-parallel (KERAS_BACKEND=jax; all JAX devices)")
-    parser.add_argument("--out", default=None, help="write the final weights here (.npz; worker 0 only)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the problem's)")
+    parser.add_argument("--out", default=None,
+                        help="a folder: write each job's final weights to OUT/<name>.npz (worker 0 only)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: each problem's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="compile the train step with XLA (default: Keras' auto, XLA under JAX)")
     parser.add_argument("--compare-devices", action="store_true",
                         help="JAX: train under DataParallel over 1 device and over all; print the largest weight "
                              "difference")
     args = parser.parse_args(argv)
 
-    if args.compare_devices:
-        difference, devices = data_parallel_difference(load_problem(args.module, seed=args.seed), args.steps)
-        print(json.dumps({"max_difference": difference, "devices": devices}))
-        return 0
-    strategy = _placement(args.placement)  # first: a multi-worker strategy must precede any other TF op
-    problem = load_problem(args.module, seed=args.seed)
-    start = time.perf_counter()
-    weights, losses = train(problem, strategy, steps=args.steps, jit_compile=args.jit_compile)
-    seconds = time.perf_counter() - start
-    if args.out and _task_index() == 0:
-        np.savez(args.out, *weights)
-    replicas = strategy.num_replicas_in_sync if strategy is not None else len(keras.distribution.list_devices()) \
-        if args.placement == "jax-data-parallel" else 1
-    print(json.dumps({"problem": problem.name, "placement": args.placement, "replicas": replicas,
-                      "steps": args.steps or problem.steps, "loss": losses[-1], "seconds": round(seconds, 3)}))
+    strategy = None if args.compare_devices else _placement(args.placement)  # first: multi-worker precedes TF ops
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    for module in args.modules:
+        problem = load_problem(module, seed=args.seed)
+        if args.compare_devices:
+            difference, devices = data_parallel_difference(problem, args.steps)
+            print(json.dumps({"problem": problem.name, "max_difference": difference, "devices": devices}), flush=True)
+            continue
+        timer = StepTimes()
+        weights, losses = train(problem, strategy, steps=args.steps, jit_compile=args.jit_compile or "auto",
+                                callbacks=[timer])
+        if args.out and _task_index() == 0:
+            np.savez(os.path.join(args.out, f"{problem.name}.npz"), *weights)
+        replicas = (strategy.num_replicas_in_sync if strategy is not None
+                    else len(keras.distribution.list_devices()) if args.placement == "jax-data-parallel" else 1)
+        print(json.dumps({"problem": problem.name, "placement": args.placement, "replicas": replicas,
+                          "steps": args.steps or problem.steps, "loss": losses[-1],
+                          "steps_per_second": timer.steps_per_second() if len(timer.times) >= 4 else None}),
+              flush=True)
     return 0
 
 

@@ -96,16 +96,18 @@ def lm_examples(windows, mask):
     return x, windows[:, 1:], mask[:, 1:].astype(np.float32)
 
 
-def lm_dataset(windows, mask, batch_size, seed=None):
+def lm_dataset(windows, mask, batch_size, seed=None, drop_remainder=False):
     """A ``tf.data.Dataset`` of :func:`lm_examples` batches; shuffled each epoch with ``seed`` (None: in order).
-    The last batch may be smaller."""
+    The last batch may be smaller, unless ``drop_remainder`` drops it (every batch (batch_size, L): static shapes,
+    as TPUs and ``jit_compile`` want)."""
     import tensorflow as tf
 
     x, y, weights = lm_examples(windows, mask)
     dataset = tf.data.Dataset.from_tensor_slices((x, y, weights))
     if seed is not None:
         dataset = dataset.shuffle(len(y), seed=seed, reshuffle_each_iteration=True)
-    return dataset.batch(positive_int(batch_size, "batch_size")).prefetch(tf.data.AUTOTUNE)
+    batched = dataset.batch(positive_int(batch_size, "batch_size"), drop_remainder=bool(drop_remainder))
+    return batched.prefetch(tf.data.AUTOTUNE)
 
 
 def label_counts(windows, mask, vocabulary_size):

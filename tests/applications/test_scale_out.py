@@ -34,12 +34,6 @@ def _env(**extra):
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path), **extra}
 
 
-def _last_json(text):
-    """The last JSON object printed (core.problems prints one; a worker's line starts with "[worker i] ")."""
-    line = [line for line in text.splitlines() if '{"' in line][-1]
-    return json.loads(line[line.index("{"):])
-
-
 def test_mirrored_over_two_cpus_equals_one_device(app):
     from attnlayers.applications.core import make_strategy
 
@@ -62,28 +56,55 @@ def test_train_step_compiles_with_xla_and_the_pipeline_has_no_python_op(app):
     assert all(s[0] == problem.global_batch for s in shapes), shapes  # a static global batch
 
 
-def test_two_workers_equal_one_process(app, tmp_path):
-    command = [sys.executable, "-m", "attnlayers.applications.core.problems", _module(app)]
-    one = subprocess.Popen(command + ["--out", str(tmp_path / "one.npz")], env=_env(), stdout=subprocess.PIPE,
+def _jobs(lines):
+    """{problem name: its JSON line} from core.problems' output (a worker's lines start with "[worker i] ")."""
+    jobs = {}
+    for line in lines.splitlines():
+        if '{"problem"' in line:
+            job = json.loads(line[line.index("{"):])
+            jobs.setdefault(job["problem"], job)
+    return jobs
+
+
+# The processes below import TensorFlow (or JAX) once and train every application's job in turn: one process
+# start and one cluster set-up for all four.
+_COMMAND = [sys.executable, "-m", "attnlayers.applications.core.problems", *map(_module, APPLICATIONS)]
+
+
+@pytest.fixture(scope="module")
+def worker_runs(tmp_path_factory):
+    """Every job trained by 2 workers (MultiWorkerMirroredStrategy) and, beside them, by one process."""
+    folder = tmp_path_factory.mktemp("workers")
+    one = subprocess.Popen(_COMMAND + ["--out", str(folder / "one")], env=_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     out = io.StringIO()
-    code = launch.launch_workers(command + ["--placement", "multi-worker", "--out", str(tmp_path / "two.npz")], 2,
+    code = launch.launch_workers(_COMMAND + ["--placement", "multi-worker", "--out", str(folder / "two")], 2,
                                  env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path)}, out=out)
     reference = one.communicate()[0]
-    assert code == 0, out.getvalue()[-3000:]
-    assert one.returncode == 0, reference[-3000:]
-    assert _last_json(out.getvalue())["replicas"] == 2
-    two, one = np.load(tmp_path / "two.npz"), np.load(tmp_path / "one.npz")
+    return folder, code, out.getvalue(), one.returncode, reference
+
+
+def test_two_workers_equal_one_process(app, worker_runs):
+    folder, code, out, reference_code, reference = worker_runs
+    assert code == 0, out[-3000:]
+    assert reference_code == 0, reference[-3000:]
+    assert _jobs(out)[app]["replicas"] == 2 and _jobs(reference)[app]["replicas"] == 1
+    two, one = np.load(folder / "two" / f"{app}.npz"), np.load(folder / "one" / f"{app}.npz")
     tolerance = problems.load_problem(_module(app)).tolerance
     assert problems.max_difference([two[k] for k in two], [one[k] for k in one]) <= tolerance
 
 
-def test_jax_data_parallel_over_two_devices_equals_one(app):
-    result = subprocess.run(
-        [sys.executable, "-m", "attnlayers.applications.core.problems", _module(app), "--compare-devices"],
-        env=_env(KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
-        capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def data_parallel_runs():
+    """Every job under KERAS_BACKEND=jax, DataParallel over 1 and over 2 host devices (one process)."""
+    return subprocess.run(_COMMAND + ["--compare-devices"],
+                          env=_env(KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_jax_data_parallel_over_two_devices_equals_one(app, data_parallel_runs):
+    result = data_parallel_runs
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    measured = _last_json(result.stdout)
+    measured = _jobs(result.stdout)[app]
     assert measured["devices"] == 2
     assert measured["max_difference"] <= problems.load_problem(_module(app)).tolerance

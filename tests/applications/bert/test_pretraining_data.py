@@ -344,6 +344,12 @@ def test_pretraining_dataset(tokenizer):
     for key in first[0]:
         np.testing.assert_array_equal(first[0][key], epoch[0][0][key])
     assert not np.array_equal(next(iter(ds))[0]["token_ids"], epoch[0][0]["token_ids"])
+    # dynamic_masking=False: the same batches in every pass, however many passes came before
+    fixed = pretraining_dataset(documents, tokenizer, sequence_length=32, max_predictions=6, batch_size=16, seed=5,
+                                dynamic_masking=False)
+    passes = [next(iter(fixed)) for _ in range(2)]
+    for key in passes[0][0]:
+        np.testing.assert_array_equal(passes[0][0][key], passes[1][0][key])
     # static batches
     static = pretraining_dataset(documents, tokenizer, sequence_length=32, batch_size=16, drop_remainder=True)
     assert static.element_spec[0]["token_ids"].shape.as_list() == [16, 32]

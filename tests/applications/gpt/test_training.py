@@ -76,6 +76,10 @@ def test_windows_overlap_by_one_and_only_the_last_is_padded():
     np.testing.assert_array_equal(y[weights > 0], stream[1:])
     np.testing.assert_array_equal(x["token_ids"], windows[:, :-1])
     assert data.unigram_perplexity([1, 1], [0, 1]) == pytest.approx(2.0)
+    # drop_remainder: only full batches, with a static batch size (TPUs, jit_compile)
+    batched = data.lm_dataset(windows, mask, 2, drop_remainder=True)
+    assert batched.element_spec[1].shape.as_list() == [2, 3] and len(list(batched)) == 1
+    assert [len(y) for _, y, _ in data.lm_dataset(windows, mask, 2)] == [2, 1]
 
 
 def test_padding_changes_neither_the_loss_nor_the_perplexity(trained):
