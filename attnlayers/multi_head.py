@@ -510,14 +510,17 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         self._check_inputs(query, value, key, cache, cache_update_index, attention_bias)
         # Projections Q W^Q, K W^K, V W^V for all heads: (B, L, D) -> (B, L, N, H).
-        q = self._query_dense(query)
+        static_cache = cache is not None and cache_update_index is None
+        fused = None if static_cache else self._fused_self_projections(query, value, key)
+        q = self._query_dense(query) if fused is None else fused[0]
         cache_mask = None
-        if cache is not None and cache_update_index is None:  # a static cache is used as is
+        if static_cache:  # a static cache is used as is
             cache = ops.cast(cache, self.compute_dtype)
             k, v = cache[:, 0], cache[:, 1]
         else:
-            k = self._rotate(self._key_dense(key), 0 if cache is None else cache_update_index)
-            v = self._value_dense(value)
+            k = self._key_dense(key) if fused is None else fused[1]
+            k = self._rotate(k, 0 if cache is None else cache_update_index)
+            v = self._value_dense(value) if fused is None else fused[2]
             if cache is not None:
                 k, v, cache, cache_mask = self._update_cache(cache, k, v, cache_update_index)
         # Query t sits at absolute position start + t: the cache index, or S - T (the last T positions).
@@ -535,6 +538,29 @@ class MultiHeadAttention(keras.layers.Layer):
         output = self._output_dense(heads)  # Concat(head_1, ..., head_N) W^O
         output = self._zero_invisible_queries(output, mask)
         return AttentionOutputs(output, scores, cache).pack(return_attention_scores)
+
+    def _fused_self_projections(self, query, value, key):
+        """Self-attention (query, key and value one tensor x): Q, K and V from one matmul with the three kernels
+        side by side, x [W^Q | W^K | W^V] (+ [b^Q | b^K | b^V]): (B, T, D) x (D, N + 2 N_kv, H) ->
+        (B, T, N + 2 N_kv, H), split along the heads. The products of the three projections, as one larger
+        matmul forward and backward instead of three. None (use the three layers) for other calls, or when a
+        projection does more than x W + b (LoRA, quantization, an activity regularizer, an overridden call)."""
+        layers = (self._query_dense, self._key_dense, self._value_dense)
+        if not (query is value and key is value) or self._key_dim != self._value_dim:
+            return None
+        if self._activity_regularizer is not None or any(
+            type(layer) is not keras.layers.EinsumDense or getattr(layer, "lora_enabled", False)
+            or getattr(layer, "quantization_mode", None) is not None
+            for layer in layers
+        ):
+            return None
+        x = ops.cast(query, self.compute_dtype)
+        kernel = ops.concatenate([ops.cast(layer.kernel, self.compute_dtype) for layer in layers], axis=1)
+        qkv = ops.einsum("abc,cde->abde", x, kernel)  # (B, T, N + 2 N_kv, H)
+        if self._use_bias:
+            qkv = qkv + ops.concatenate([ops.cast(layer.bias, self.compute_dtype) for layer in layers], axis=0)
+        n, n_kv = self._num_heads, self.num_key_value_heads
+        return qkv[:, :, :n], qkv[:, :, n : n + n_kv], qkv[:, :, n + n_kv :]
 
     def _rotate(self, x, start_index):
         if self._rotary is None:

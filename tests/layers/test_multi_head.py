@@ -479,3 +479,46 @@ def test_missing_inputs_and_changed_feature_size(rng):
     ]:
         with pytest.raises(ValueError, match=match):
             call()
+
+
+def _output_and_gradients(layer, x, **kwargs):
+    """The layer's output on (x, x) and the gradients of sum(output^2) with respect to its trainable weights."""
+    variables = layer.trainable_variables
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            out = layer(x, x, **kwargs)
+            loss = ops.sum(ops.square(out))
+        return out, tape.gradient(loss, [v.value for v in variables])
+    import jax
+
+    def loss_fn(trainable):
+        out, _ = layer.stateless_call(trainable, [v.value for v in layer.non_trainable_variables], x, x, **kwargs)
+        return ops.sum(ops.square(out)), out
+
+    grads, out = jax.grad(loss_fn, has_aux=True)([v.value for v in variables])
+    return out, grads
+
+
+@pytest.mark.parametrize("num_key_value_heads, use_bias", [(None, True), (2, False)])
+def test_self_attention_fuses_the_three_projections_into_one_matmul(num_key_value_heads, use_bias):
+    """Self-attention (query = key = value) projects Q, K, V with one matmul of the concatenated kernels: the
+    outputs and every kernel's gradient equal the three separate projections (cross-attention's path)."""
+    rng = np.random.default_rng(3)
+    x = ops.convert_to_tensor(rng.normal(size=(2, 6, 16)).astype("float32"))
+    layer = MultiHeadAttention(4, 8, num_key_value_heads=num_key_value_heads, use_bias=use_bias,
+                               bias_initializer="random_normal")
+    layer(x, x)
+    original = layer._fused_self_projections
+    assert original(x, x, x) is not None and original(x, x + 0.0, x + 0.0) is None  # one tensor only
+    calls = []
+    layer._fused_self_projections = lambda *a: calls.append(1) or original(*a)
+    fused, fused_grads = _output_and_gradients(layer, x, use_causal_mask=True)
+    assert calls, "the fused path was not taken"
+    layer._fused_self_projections = lambda *a: None  # the three EinsumDense layers
+    separate, separate_grads = _output_and_gradients(layer, x, use_causal_mask=True)
+    np.testing.assert_allclose(_np(fused), _np(separate), atol=1e-6)
+    assert len(fused_grads) == len(separate_grads) == (8 if use_bias else 4)
+    for a, b in zip(fused_grads, separate_grads, strict=True):
+        np.testing.assert_allclose(_np(a), _np(b), atol=1e-5)
