@@ -143,12 +143,14 @@ def run(args):
             raise UsageError(str(error)) from None
     options = dict(batch_size=args.batch_size, image_size=args.image_size, max_length=args.max_length)
     features = {}
-    if model.encoder.frozen and args.feature_cache != "none":
+    # The cache is read through tf.numpy_function, which a TPU host cannot run: under TPUStrategy images are read.
+    if model.encoder.frozen and args.feature_cache != "none" and not core.static_shapes(strategy):
         from attnlayers.applications.captioning.features import cache_features
 
         for split in ("train", "validation"):
             print(f"{split} features of the frozen {args.encoder} -> {args.feature_cache}")
             features[split] = cache_features(model.encoder, getattr(splits, split), args.feature_cache)
+    options["drop_remainder"] = core.static_shapes(strategy)  # a TPU compiles static batches only
     train = data.make_dataset(splits.train, vocabulary, seed=args.seed, features=features.get("train"), **options)
     validation = data.make_dataset(splits.validation, vocabulary, shuffle=False, features=features.get("validation"),
                                    **options)

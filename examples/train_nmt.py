@@ -170,9 +170,11 @@ def run(args):
           f"test sources {truncated['test']['sources']} (BLEU is computed on the truncated sources)")
     with warnings.catch_warnings():  # make_dataset's truncation warning: counted above
         warnings.filterwarnings("ignore", message=r".*are truncated", category=UserWarning)
-        train = nmt.make_dataset(splits.train, tokenizers, batch_size=args.batch_size, seed=args.seed, **lengths)
+        static = dict(pad_to_max_length=True, drop_remainder=True) if core.static_shapes(strategy) else {}  # TPU
+        train = nmt.make_dataset(splits.train, tokenizers, batch_size=args.batch_size, seed=args.seed, **lengths,
+                                 **static)
         validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=args.batch_size, shuffle=False,
-                                      **lengths)
+                                      **lengths, **static)
 
     with strategy.scope():
         model, recipe_callbacks = recipes.build_recipe(

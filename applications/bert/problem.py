@@ -28,7 +28,7 @@ LEARNING_RATE = 1e-3  # BERT's AdamW; warm-up over 1 step, then linear decay to 
 # is near 0 (m / (sqrt(v) + eps), eps 1e-6): 3 steps at lr 1e-3 move weights by ~2.7e-3, 100x this tolerance
 # (measured: 1.3e-8 mirrored, 2e-8 two workers, 1.2e-7 JAX). BERT's AdamW clips the gradients' global norm at 1 (it
 # is ~2.4 at the first step): equality needs the replicas' gradients summed before they are clipped; Keras 3's
-# TensorFlow optimizer clips each replica's share first (2.9e-3 apart here), which core.runtime has to correct.
+# TensorFlow optimizer clips each replica's share first (2.9e-3 apart here), which core.runtime corrects.
 TOLERANCE = 1e-5
 
 # A tiny grammar: every sentence is "ADJ NOUN VERB the NOUN [ADVERB]", 5 or 6 words (see `pretraining_documents`).

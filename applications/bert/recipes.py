@@ -311,7 +311,7 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     """
     import tensorflow as tf
 
-    from ..core import corpora, describe_runtime, run_recipe
+    from ..core import corpora, describe_runtime, run_recipe, static_shapes
     from .config import BertConfig
     from .pretrainer import BertPretrainer
     from .pretraining_data import pretraining_dataset
@@ -325,7 +325,8 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     tokenizer = pretraining_tokenizer(train_documents, settings.vocabulary_size, vocabulary,
                                       path=os.path.join(out_dir, "vocab.txt"))
     options = dict(sequence_length=settings.sequence_length, max_predictions=settings.max_predictions,
-                   batch_size=settings.batch_size, whole_word_masking=settings.whole_word_masking)
+                   batch_size=settings.batch_size, whole_word_masking=settings.whole_word_masking,
+                   drop_remainder=static_shapes(strategy))  # a TPU compiles static batches only
     train = pretraining_dataset(train_documents, tokenizer, seed=settings.seed, **options)
     # One pass, cached: every epoch and the final evaluation see the same held-out masks.
     held = pretraining_dataset(held_documents, tokenizer, seed=settings.seed + 1, shuffle=False, **options).cache()
@@ -521,13 +522,13 @@ def sample(examples, size, seed=0):
     return [examples[i] for i in keep]
 
 
-def _dataset(features, labels, batch_size, seed=None):
+def _dataset(features, labels, batch_size, seed=None, drop_remainder=False):
     import tensorflow as tf
 
     ds = tf.data.Dataset.from_tensor_slices((features, labels))
     if seed is not None:
         ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
 def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose=1, results_file="results.json",
@@ -549,7 +550,7 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
     """
     import tensorflow as tf
 
-    from ..core import BestWeights, describe_runtime, run_recipe
+    from ..core import BestWeights, describe_runtime, run_recipe, static_shapes
     from .heads import BertClassifier, BertTokenClassifier, word_predictions
 
     strategy = strategy or tf.distribute.get_strategy()
@@ -575,8 +576,9 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
                                          for s in sizes)
           + f" examples, {len(data.labels)} labels; {what} cut at {length} pieces: "
           + ", ".join(f"{cut[s]} {s}" for s in cut), flush=True)
-    train = _dataset(*encoded["train"][:2], settings.batch_size, seed=settings.seed)
-    validation = _dataset(*encoded["validation"][:2], 256)
+    static = static_shapes(strategy)  # a TPU compiles static batches only
+    train = _dataset(*encoded["train"][:2], settings.batch_size, seed=settings.seed, drop_remainder=static)
+    validation = _dataset(*encoded["validation"][:2], 256, drop_remainder=static)
     with strategy.scope():
         if data.head == "tagger":
             model = BertTokenClassifier(backbone, num_tags=len(data.labels))

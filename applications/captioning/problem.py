@@ -51,7 +51,7 @@ def _build(vocabulary_size, jit_compile="auto"):
     model((keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3), dtype="uint8"), keras.Input((MAX_LENGTH,), dtype="int32")))
     # SGD without clipping, not the recipe's Adam(clipnorm=5): a gradient that is exactly zero in exact
     # arithmetic (a score bias that the softmax ignores) is round-off noise in float32, which Adam's first step
-    # lr * g / (|g| + eps) turns into +-lr; and Keras clips each replica's gradients before they are summed.
+    # lr * g / (|g| + eps) turns into +-lr.
     # The recipe's loss (masked cross-entropy; the penalty is the model's add_loss).
     model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
                   loss=MaskedCrossEntropy(pad_token_id=model.pad_token_id),

@@ -40,6 +40,7 @@ from .runtime import (
     runtime_from_args,
     set_precision,
     setup_runtime,
+    static_shapes,
     worker_directory,
 )
 from .schedules import TransformerSchedule, WarmupCosineDecay, WarmupLinearDecay
@@ -73,5 +74,6 @@ __all__ = [
     "setup_runtime",
     "standard_callbacks",
     "training_summary",
+    "static_shapes",
     "worker_directory",
 ]

@@ -253,6 +253,15 @@ def worker_directory(out_dir, strategy=None):
     return os.path.join(out_dir, f"worker-{strategy.cluster_resolver.task_id}")
 
 
+def static_shapes(strategy=None):
+    """Whether ``strategy`` needs every batch in static shapes (a ``TPUStrategy``, which compiles each step with
+    XLA): the example scripts then pad sequences to their fixed maximum lengths and batch with
+    ``drop_remainder=True`` (the last, smaller batch is dropped). False for every other strategy."""
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
 def describe_runtime(strategy):
     """One line: the strategy, its replicas and the dtype policy, e.g. "MirroredStrategy, 2 replicas, float32"."""
     name = type(strategy).__name__

@@ -29,7 +29,7 @@ LEARNING_RATE = 2e-3
 # lr 2e-3 move weights by up to ~6e-3, 100x this tolerance (measured: 2.3e-6 mirrored, 1.2e-6 two workers, ~1e-7
 # JAX). The recipe clips the gradients' global norm at 1 (it is ~1.26 at the first step): equality needs the
 # replicas' gradients summed before they are clipped; Keras 3's TensorFlow optimizer clips each replica's share
-# first (7e-4 apart here), which core.runtime has to correct.
+# first (7e-4 apart here), which core.runtime corrects.
 TOLERANCE = 1e-5
 
 

@@ -241,7 +241,7 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
     """
     import tensorflow as tf
 
-    from ..core import describe_runtime, run_recipe, standard_callbacks
+    from ..core import describe_runtime, run_recipe, standard_callbacks, static_shapes
     from ..core.corpora import split_documents
     from . import data
     from .model import GPT, GPTConfig
@@ -262,8 +262,9 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
     train_ids, held_ids = data.tokenize_documents(train_texts, tokenizer), data.tokenize_documents(held_texts, tokenizer)
     train_windows = data.lm_windows(data.token_stream(train_ids, end), settings.sequence_length, end)
     held_windows = data.lm_windows(data.token_stream(held_ids, end), settings.sequence_length, end)
-    train = data.lm_dataset(*train_windows, settings.batch_size, seed=settings.seed)
-    held = data.lm_dataset(*held_windows, settings.batch_size)
+    static = static_shapes(strategy)  # a TPU compiles static batches only
+    train = data.lm_dataset(*train_windows, settings.batch_size, seed=settings.seed, drop_remainder=static)
+    held = data.lm_dataset(*held_windows, settings.batch_size, drop_remainder=static)
     counts = data.label_counts(*train_windows, tokenizer.vocabulary_size)
     held_labels = data.lm_examples(*held_windows)[1][held_windows[1][:, 1:]]
     config = GPTConfig.preset(settings.config, vocabulary_size=tokenizer.vocabulary_size,

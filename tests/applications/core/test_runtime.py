@@ -33,6 +33,8 @@ def test_mirrored_strategy_trains_over_two_logical_cpus():
     strategy = core.setup_runtime("mirrored")
     assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 2
     assert core.describe_runtime(strategy) == "MirroredStrategy, 2 replicas, float32"
+    # Static shapes (padded lengths, drop_remainder) are for TPUStrategy only.
+    assert not core.static_shapes(strategy) and not core.static_shapes(tf.distribute.get_strategy())
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.1), "mse")
