@@ -14,6 +14,7 @@ sentences written here.
 
 from __future__ import annotations
 
+import functools
 import random
 
 from ..core.problems import TrainingProblem
@@ -83,6 +84,7 @@ def training_problem(seed=0):
     tokenizer = BertTokenizer(VOCABULARY)
     documents = pretraining_documents(seed)
 
+    @functools.lru_cache(maxsize=None)  # one pipeline per batch size: building it (tokenizing, tracing) takes seconds
     def dataset(global_batch):
         # Pairs in document order (shuffle=False); masks from `seed` by stateless ops, the same in every pass
         # (dynamic_masking=False: fit iterates the data once more under a strategy, to build the model), so every

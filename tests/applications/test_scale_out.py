@@ -34,12 +34,26 @@ def _env(**extra):
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path), **extra}
 
 
-def test_mirrored_over_two_cpus_equals_one_device(app):
+@pytest.fixture(scope="module")
+def one_device():
+    """``app -> (weights, losses)`` of the job trained on one device in this process (once per application): the
+    reference of the mirrored and of the two-worker runs."""
+    runs = {}
+
+    def run(app):
+        if app not in runs:
+            runs[app] = problems.train(problems.load_problem(_module(app)))
+        return runs[app]
+
+    return run
+
+
+def test_mirrored_over_two_cpus_equals_one_device(app, one_device):
     from attnlayers.applications.core import make_strategy
 
     problem = problems.load_problem(_module(app))
     mirrored, mirrored_loss = problems.train(problem, make_strategy("mirrored"))
-    single, single_loss = problems.train(problem)
+    single, single_loss = one_device(app)
     assert len(mirrored) == len(single)
     assert mirrored_loss[0] == pytest.approx(single_loss[0], rel=1e-5)
     assert problems.max_difference(mirrored, single) <= problem.tolerance
@@ -67,31 +81,27 @@ def _jobs(lines):
 
 
 # The processes below import TensorFlow (or JAX) once and train every application's job in turn: one process
-# start and one cluster set-up for all four.
+# start and one cluster set-up for all four. The one-device reference is trained in this process.
 _COMMAND = [sys.executable, "-m", "attnlayers.applications.core.problems", *map(_module, APPLICATIONS)]
 
 
 @pytest.fixture(scope="module")
 def worker_runs(tmp_path_factory):
-    """Every job trained by 2 workers (MultiWorkerMirroredStrategy) and, beside them, by one process."""
+    """Every job trained by 2 workers (MultiWorkerMirroredStrategy): (folder of the weights, exit code, output)."""
     folder = tmp_path_factory.mktemp("workers")
-    one = subprocess.Popen(_COMMAND + ["--out", str(folder / "one")], env=_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
     out = io.StringIO()
-    code = launch.launch_workers(_COMMAND + ["--placement", "multi-worker", "--out", str(folder / "two")], 2,
+    code = launch.launch_workers(_COMMAND + ["--placement", "multi-worker", "--out", str(folder)], 2,
                                  env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path)}, out=out)
-    reference = one.communicate()[0]
-    return folder, code, out.getvalue(), one.returncode, reference
+    return folder, code, out.getvalue()
 
 
-def test_two_workers_equal_one_process(app, worker_runs):
-    folder, code, out, reference_code, reference = worker_runs
+def test_two_workers_equal_one_process(app, worker_runs, one_device):
+    folder, code, out = worker_runs
     assert code == 0, out[-3000:]
-    assert reference_code == 0, reference[-3000:]
-    assert _jobs(out)[app]["replicas"] == 2 and _jobs(reference)[app]["replicas"] == 1
-    two, one = np.load(folder / "two" / f"{app}.npz"), np.load(folder / "one" / f"{app}.npz")
+    assert _jobs(out)[app]["replicas"] == 2
+    two = np.load(folder / f"{app}.npz")
     tolerance = problems.load_problem(_module(app)).tolerance
-    assert problems.max_difference([two[k] for k in two], [one[k] for k in one]) <= tolerance
+    assert problems.max_difference([two[k] for k in two], one_device(app)[0]) <= tolerance
 
 
 @pytest.fixture(scope="module")
