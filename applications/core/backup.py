@@ -57,13 +57,53 @@ import warnings
 
 import keras
 import numpy as np
-from keras.src.utils import file_utils
 
 from .runtime import is_chief
 
 POINTER = "backup.json"
 _WEIGHTS = re.compile(r"^weights-(\d+)\.weights\.h5$")
 _LEGACY = ("latest.weights.h5", "training_metadata.json", "latest.weights.h5.bkp", "training_metadata.json.bkp")
+
+
+class file_utils:  # noqa: N801 (used like the keras module it replaces)
+    """The file operations of a backup: ``os`` / ``shutil`` on a local folder, ``tf.io.gfile`` on a remote one
+    (``gs://...``; TensorFlow is imported only then)."""
+
+    join = staticmethod(os.path.join)
+
+    @staticmethod
+    def is_remote_path(path):
+        return re.match(r"^[a-z][a-z0-9+.-]*://", str(path)) is not None
+
+    @staticmethod
+    def _gfile():
+        import tensorflow as tf
+
+        return tf.io.gfile
+
+    @classmethod
+    def exists(cls, path):
+        return cls._gfile().exists(path) if cls.is_remote_path(path) else os.path.exists(path)
+
+    @classmethod
+    def File(cls, path, mode):  # noqa: N802
+        return cls._gfile().GFile(path, mode) if cls.is_remote_path(path) else open(path, mode)
+
+    @classmethod
+    def listdir(cls, path):
+        return cls._gfile().listdir(path) if cls.is_remote_path(path) else os.listdir(path)
+
+    @classmethod
+    def makedirs(cls, path):
+        return cls._gfile().makedirs(path) if cls.is_remote_path(path) else os.makedirs(path, exist_ok=True)
+
+    @classmethod
+    def remove(cls, path):
+        return cls._gfile().remove(path) if cls.is_remote_path(path) else os.remove(path)
+
+    @classmethod
+    def rmtree(cls, path):
+        return cls._gfile().rmtree(path) if cls.is_remote_path(path) else shutil.rmtree(path)
 
 
 def _fsync_path(path, directory=False):
