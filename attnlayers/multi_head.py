@@ -16,7 +16,7 @@ import string
 import keras
 from keras import ops
 
-from attnlayers import masking
+from attnlayers import chunked, masking
 from attnlayers.scoring import DotScore, ScaledDotScore, get_score, serialize_score
 from attnlayers.validation import (
     check_feature_size,
@@ -61,6 +61,14 @@ def _length(x):
     """Static length (axis 1) when known, else the dynamic one."""
     return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
+
+# Automatic choice of the memory-efficient (chunked) path, memory_efficient=None: taken when the query length T
+# is at least MEMORY_EFFICIENT_MIN_LENGTH (T and S static). On a 2-core CPU (TensorFlow, B=1, N=8, H=64,
+# forward + backward; benchmarks/bench_long.py and benchmarks/README.md) the plain path is faster wherever it fits
+# (oneDNN's large matmuls beat the blocked loops), so the chunked one is chosen for memory: from T = 4096 the
+# plain path's (B, N, T, S) float32 logits and weights (4 N T S bytes per live copy) take it past ~2.5 GiB,
+# while the chunked path stays near 1 GiB. With a sliding window the chunked path visits only the band's blocks.
+MEMORY_EFFICIENT_MIN_LENGTH = 4096
 
 # The most branches of a single-query step's switch over cache prefixes (see _prefix_lengths).
 _PREFIX_BRANCHES = 8
@@ -172,7 +180,11 @@ class MultiHeadAttention(keras.layers.Layer):
         sliding_window: None or a positive int W: query t attends keys within W - 1 positions of its own
             (keras' semantics; combine with ``use_causal_mask`` for a causal sliding window).
         use_gate: gated attention as in keras (a sigmoid gate from the query multiplies the heads).
-        flash_attention: accepted for keras compatibility; only None/False (no fused kernel is used).
+        flash_attention: keras' switch for its fused kernels; here True selects the memory-efficient path
+            (``memory_efficient=True``, the same algorithm), refusing what keras refuses with it
+            (``return_attention_scores``) and what the path cannot compute (a cache, other scores, a
+            ``position_bias`` hook); unlike keras it accepts ``dropout``. None / False: ``memory_efficient``
+            decides. keras' global ``keras.config.enable_flash_attention()`` is not read.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer, activity_regularizer,
             kernel_constraint, bias_constraint: of the projections, as in keras.
         seed: seed of the dropout.
@@ -183,6 +195,14 @@ class MultiHeadAttention(keras.layers.Layer):
             ``RotaryEmbedding()``.
         position_bias: a layer called as ``bias(query, key, start_index=...)`` on the (B, T, N, H) queries
             and (B, S, N_kv, H) keys, returning a (1 or B, N, T, S) bias added to the logits before masking.
+        memory_efficient: None (automatic), True or False: whether attention runs in blocks with the online
+            softmax (:func:`attnlayers.chunked.chunked_attention`, FlashAttention's algorithm in keras ops):
+            exact, memory O(T * chunk) instead of the (B, N, T, S) logits, forward and backward, and a sliding
+            window costs O(T * W). It needs a dot / scaled-dot score, no ``position_bias``, no returned scores, no
+            cache and none of the attention override points overridden. True: always (a ValueError names what
+            prevents it); False: never; None: when it applies and T >= ``MEMORY_EFFICIENT_MIN_LENGTH`` (4096;
+            static lengths; never at T <= 512), with or without a sliding window. Its
+            dropout draws a different (equally distributed) mask than the plain path's Dropout layer.
 
     Call arguments:
         query: (B, T, D_q).
@@ -244,6 +264,7 @@ class MultiHeadAttention(keras.layers.Layer):
         num_key_value_heads=None,
         rotary=None,
         position_bias=None,
+        memory_efficient=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -286,12 +307,18 @@ class MultiHeadAttention(keras.layers.Layer):
         self._attention_axes = attention_axes
         self._sliding_window = positive_int(sliding_window, "sliding_window", allow_none=True)
         self._use_gate = bool(use_gate)
-        if flash_attention:
+        if flash_attention not in (None, True, False) or memory_efficient not in (None, True, False):
             raise ValueError(
-                "`flash_attention=True` is not supported: attnlayers.MultiHeadAttention has no fused kernel "
-                f"(it returns scores and zeroes fully-masked rows on every path); received "
-                f"flash_attention={flash_attention!r}, expected None or False."
+                f"`flash_attention` and `memory_efficient` must be None, True or False; received "
+                f"flash_attention={flash_attention!r}, memory_efficient={memory_efficient!r}."
             )
+        if flash_attention and memory_efficient is False:
+            raise ValueError(
+                "`flash_attention=True` selects the memory-efficient path; received flash_attention=True with "
+                "memory_efficient=False, expected memory_efficient None or True."
+            )
+        self._flash_attention = flash_attention
+        self._memory_efficient = True if flash_attention else memory_efficient
         self._kernel_initializer = keras.initializers.get(kernel_initializer)
         self._bias_initializer = keras.initializers.get(bias_initializer)
         self._kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -526,18 +553,88 @@ class MultiHeadAttention(keras.layers.Layer):
         # Query t sits at absolute position start + t: the cache index, or S - T (the last T positions).
         start = cache_update_index if cache_update_index is not None else _length(k) - _length(q)
         q = self._rotate(q, start)
-        mask = self._compute_attention_mask(
-            q, k, query_mask, value_mask, key_mask, attention_mask, use_causal_mask,
-            start_index=start, cache_mask=cache_mask, cached=cache is not None,
-        )
-        bias = self._compute_attention_bias(q, k, start, attention_bias)
-        bias_kwargs = {} if bias is None else {"attention_bias": bias}  # keras' signature when there is none
-        heads, scores = self._compute_attention(q, k, v, mask, training, **bias_kwargs)
+        if self._use_memory_efficient(q, k, return_attention_scores, cache):
+            heads, mask = self._memory_efficient_attention(
+                q, k, v, (query_mask, value_mask, key_mask, attention_mask), use_causal_mask, start, training,
+                attention_bias,
+            )
+            scores = None
+        else:
+            mask = self._compute_attention_mask(
+                q, k, query_mask, value_mask, key_mask, attention_mask, use_causal_mask,
+                start_index=start, cache_mask=cache_mask, cached=cache is not None,
+            )
+            bias = self._compute_attention_bias(q, k, start, attention_bias)
+            bias_kwargs = {} if bias is None else {"attention_bias": bias}  # keras' signature when there is none
+            heads, scores = self._compute_attention(q, k, v, mask, training, **bias_kwargs)
         if self._use_gate:
             heads = heads * self._gate_dense(query)
         output = self._output_dense(heads)  # Concat(head_1, ..., head_N) W^O
         output = self._zero_invisible_queries(output, mask)
         return AttentionOutputs(output, scores, cache).pack(return_attention_scores)
+
+    # ------------------------------------------------------------------------------------------------
+    # The memory-efficient path
+
+    #: (query, key) rows per block of the memory-efficient path (see attnlayers.chunked).
+    _chunk_sizes = (chunked.DEFAULT_QUERY_CHUNK, chunked.DEFAULT_KEY_CHUNK)
+
+    def _memory_efficient_refusal(self, return_attention_scores, cache):
+        """Why the memory-efficient path cannot compute this call (a sentence), or None when it can."""
+        base = MultiHeadAttention
+        overridden = [
+            name for name in ("_compute_attention", "_compute_logits", "_combine", "_compute_attention_mask")
+            if getattr(type(self), name) is not getattr(base, name)
+        ]
+        if self._fused_scale is None:
+            return f"it needs a dot or scaled-dot score; this layer's score is {self._score_identifier!r}"
+        if self._hooks.position_bias is not None:
+            return (f"it does not compute the position_bias hook ({type(self._hooks.position_bias).__name__}); "
+                    "pass the bias as `attention_bias` instead")
+        if return_attention_scores:
+            return "it never forms the attention weights; received return_attention_scores=True"
+        if cache is not None:
+            return "cached decoding uses the plain path; received a `cache`"
+        if overridden:
+            return f"{type(self).__name__} overrides {', '.join(overridden)}"
+        return None
+
+    def _use_memory_efficient(self, query, key, return_attention_scores, cache):
+        """Whether this call takes the memory-efficient path (see ``memory_efficient``)."""
+        if self._memory_efficient is False:
+            return False
+        refusal = self._memory_efficient_refusal(return_attention_scores, cache)
+        if self._memory_efficient:
+            if refusal is not None:
+                option = "flash_attention" if self._flash_attention else "memory_efficient"
+                raise ValueError(f"`{option}=True`: the memory-efficient path cannot compute this call: {refusal}.")
+            return True
+        query_length, key_length = query.shape[1], key.shape[1]
+        if refusal is not None or query_length is None or key_length is None:
+            return False
+        return query_length >= MEMORY_EFFICIENT_MIN_LENGTH
+
+    def _memory_efficient_attention(self, query, key, value, masks, use_causal_mask, start, training,
+                                    attention_bias):
+        """softmax(Q K^T / sqrt(d_k) + bias) V (eq. 1) in blocks (:func:`attnlayers.chunked.chunked_attention`),
+        the masks passed as their pieces (padding, explicit mask, causal rule, window), never as a (T, S) tensor.
+
+        Returns:
+            ``(heads, visible)``: (B, T, N, Hv) heads and a (B|1, T, 1) mask of the queries that see a key (for
+            :meth:`_zero_invisible_queries`), or None when all do.
+        """
+        query_mask, key_padding, attention_mask = self._mask_pieces(query, key, *masks)
+        bias = self._compute_attention_bias(query, key, start, attention_bias)
+        rate = self._dropout if (training and self._dropout_layer is not None) else 0.0
+        seed = self._dropout_layer.seed_generator.next() if rate > 0 else None
+        structure = dict(query_mask=query_mask, key_mask=key_padding, attention_mask=attention_mask,
+                         causal=bool(use_causal_mask), offset=start, window=self._sliding_window)
+        heads = chunked.chunked_attention(
+            query, key, value, bias, scale=self._fused_scale, dropout_rate=rate, seed=seed,
+            query_chunk_size=self._chunk_sizes[0], key_chunk_size=self._chunk_sizes[1], **structure,
+        )
+        visible = chunked.visible_queries(_length(query), _length(key), **structure)
+        return heads, None if visible is None else ops.expand_dims(visible, -1)
 
     def _fused_self_projections(self, query, value, key):
         """Self-attention (query, key and value one tensor x): Q, K and V from one matmul with the three kernels
@@ -756,10 +853,10 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             Boolean mask broadcastable to (B, T, S), or None when nothing is masked.
         """
-        batch, query_length, key_length = query.shape[0], _length(query), _length(value)
-        query_mask = masking.check_mask(query_mask, "query_mask", (batch, query.shape[1]))
-        key_padding = self._key_side_mask(value_mask, key_mask, batch, value.shape[1], cached)
-        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, query.shape[1], value.shape[1]))
+        query_length, key_length = _length(query), _length(value)
+        query_mask, key_padding, attention_mask = self._mask_pieces(
+            query, value, query_mask, value_mask, key_mask, attention_mask, cached
+        )
         mask = masking.compute_attention_mask(
             query_length, key_length, query_mask, key_padding, attention_mask, use_causal_mask, offset=start_index
         )
@@ -767,6 +864,15 @@ class MultiHeadAttention(keras.layers.Layer):
             start = key_length - query_length if start_index is None else start_index
             mask = masking.combine_masks(mask, self._window_mask(query_length, key_length, start)[None])
         return masking.combine_masks(mask, cache_mask)
+
+    def _mask_pieces(self, query, value, query_mask, value_mask, key_mask, attention_mask, cached=False):
+        """The validated mask pieces of a call: query padding (B, T), key padding (B, S) (value_mask AND
+        key_mask) and the explicit attention mask (B, T, S) (axes of size 1 broadcast), each boolean or None."""
+        batch = query.shape[0]
+        query_mask = masking.check_mask(query_mask, "query_mask", (batch, query.shape[1]))
+        key_padding = self._key_side_mask(value_mask, key_mask, batch, value.shape[1], cached)
+        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, query.shape[1], value.shape[1]))
+        return query_mask, key_padding, attention_mask
 
     def _key_side_mask(self, value_mask, key_mask, batch, key_length, cached):
         masks = []
@@ -944,4 +1050,6 @@ class MultiHeadAttention(keras.layers.Layer):
             "num_key_value_heads": self._num_key_value_heads,
             "rotary": _serialize_layer(self._hooks.rotary),
             "position_bias": _serialize_layer(self._hooks.position_bias),
+            "flash_attention": self._flash_attention,
+            "memory_efficient": None if self._flash_attention else self._memory_efficient,
         }

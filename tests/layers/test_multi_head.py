@@ -12,7 +12,7 @@ from keras import ops
 
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.positional import ALiBi, RelativePositionBias, RotaryEmbedding
-from attnlayers.scoring import DotScore, GeneralScore, ScaledDotScore
+from attnlayers.scoring import DotScore, ScaledDotScore
 
 B, T, S, D, N, H = 2, 3, 5, 8, 2, 4
 
@@ -429,7 +429,8 @@ def test_errors(rng):
         ({"num_heads": 2, "key_dim": 4, "attention_axes": (1, 2)}, "attention_axes"),
         ({"num_heads": 2, "key_dim": 4, "dropout": 1.0}, "dropout"),
         ({"num_heads": 2, "key_dim": 4, "sliding_window": 0}, "sliding_window"),
-        ({"num_heads": 2, "key_dim": 4, "flash_attention": True}, "flash_attention"),
+        ({"num_heads": 2, "key_dim": 4, "flash_attention": True, "memory_efficient": False}, "flash_attention"),
+        ({"num_heads": 2, "key_dim": 4, "memory_efficient": "yes"}, "memory_efficient"),
         ({"num_heads": 2, "key_dim": 4, "score": "nope"}, "score"),
     ]:
         with pytest.raises(ValueError, match=match):
