@@ -210,6 +210,30 @@ class AttentionBase(keras.layers.Layer):
         context = ops.matmul(weights, ops.cast(memory["value"], weights.dtype))  # c_t = sum_s a_t(s) v_s
         return context, weights, sample
 
+    def _call_inputs(self, query, value, key, query_mask, attention_mask):
+        """Validates a call's inputs and brings one decoder step (B, Dq) to a sequence of one (B, 1, Dq).
+
+        Returns:
+            ``(query (B, T, Dq), value, key, query_mask (B, T) or None, attention_mask (B, T, S) or None,
+            single_step)``, the masks boolean.
+        """
+        query = ops.convert_to_tensor(check_tensor(query, "query", QUERY_LAYOUT))
+        value = ops.convert_to_tensor(check_tensor(value, "value", VALUE_LAYOUT))
+        key = value if key is None else ops.convert_to_tensor(key)
+        check_attention_shapes(query.shape, value.shape, key.shape)
+        check_feature_size(query.shape, self._query_dim, "query")
+        single_step = len(query.shape) == 2
+        if single_step:  # one decoder step: (B, D) -> (B, 1, D)
+            query = ops.expand_dims(query, 1)
+            if query_mask is not None and len(query_mask.shape) == 1:
+                query_mask = ops.expand_dims(query_mask, 1)
+            if attention_mask is not None and len(attention_mask.shape) == 2:
+                attention_mask = ops.expand_dims(attention_mask, 1)
+        batch, t, s = query.shape[0], query.shape[1], key.shape[1]
+        query_mask = masking.check_mask(query_mask, "query_mask", (batch, t))
+        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, t, s))
+        return query, value, key, query_mask, attention_mask, single_step
+
     def _attend(
         self,
         query,
@@ -224,22 +248,10 @@ class AttentionBase(keras.layers.Layer):
         index=None,
         return_sample=False,
     ):
-        query = ops.convert_to_tensor(check_tensor(query, "query", QUERY_LAYOUT))
-        value = ops.convert_to_tensor(check_tensor(value, "value", VALUE_LAYOUT))
-        key = value if key is None else ops.convert_to_tensor(key)
-        check_attention_shapes(query.shape, value.shape, key.shape)
-        check_feature_size(query.shape, self._query_dim, "query")
         self._check_return_sample(return_sample)
-        single_step = len(query.shape) == 2
-        if single_step:  # one decoder step: (B, D) -> (B, 1, D)
-            query = ops.expand_dims(query, 1)
-            if query_mask is not None and len(query_mask.shape) == 1:
-                query_mask = ops.expand_dims(query_mask, 1)
-            if attention_mask is not None and len(attention_mask.shape) == 2:
-                attention_mask = ops.expand_dims(attention_mask, 1)
-        batch, t, s = query.shape[0], query.shape[1], key.shape[1]
-        query_mask = masking.check_mask(query_mask, "query_mask", (batch, t))
-        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, t, s))
+        query, value, key, query_mask, attention_mask, single_step = self._call_inputs(
+            query, value, key, query_mask, attention_mask
+        )
         memory = self.prepare_memory(value, key, value_mask)
         mask = masking.compute_attention_mask(
             ops.shape(query)[1], ops.shape(key)[1], query_mask, memory["value_mask"], attention_mask, use_causal_mask

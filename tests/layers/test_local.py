@@ -131,3 +131,211 @@ def test_local_p_attend_step_equals_call(rng):
         c, w = layer.attend_step(q[:, t], memory)  # local-p ignores the index
         np.testing.assert_allclose(_np(w), _np(weights)[:, t], atol=1e-6)
         np.testing.assert_allclose(_np(c), _np(context)[:, t], atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# implementation="windowed" (default, O(T (2D + 1))) against "masked" (all (t, s) pairs scored, then masked)
+
+BACKEND = keras.backend.backend()
+SCORES = ["dot", "scaled_dot", "general", "additive", "location", "cosine", "mlp"]
+TW, SW = 7, 9  # T > S - D: local-m windows clip at both ends; padded batch 0 leaves the last windows empty
+PADDING = np.array([[1] * 3 + [0] * 6, [1] * 9], bool)
+QUERY_PADDING = np.array([[1] * 6 + [0], [1] * 7], bool)
+
+
+def _score(name):
+    return al.LocationScore(max_length=12) if name == "location" else name
+
+
+def _pair(rng, mode="local-p", score="general", window=2, **kwargs):
+    """A windowed layer and a masked copy with the same weights, built on (B, TW, D) x (B, SW, D).
+
+    The same shapes and window in every test: op-by-op JAX compiles each primitive once per shape.
+    """
+    q = rng.normal(size=(B, TW, D)).astype("float32")
+    v = rng.normal(size=(B, SW, D)).astype("float32")
+    windowed = al.LocalAttention(window=window, mode=mode, score=_score(score), **kwargs)
+    masked = al.LocalAttention(window=window, mode=mode, score=_score(score), implementation="masked", **kwargs)
+    windowed(q, v), masked(q, v)
+    masked.set_weights(windowed.get_weights())
+    return windowed, masked, q, v
+
+
+def _outputs_and_grads(layer, q, v, kwargs, jit=False):
+    """(context, weights) and the gradients of a random projection of both w.r.t. query, value and every
+    trainable weight; under ``jit`` compiled with XLA (tf.function(jit_compile=True) / jax.jit)."""
+    rng = np.random.default_rng(1)
+    r_context = rng.normal(size=(B, TW, D)).astype("float32")
+    r_weights = rng.normal(size=(B, TW, SW)).astype("float32")
+    call_kwargs = {**kwargs, "return_attention_scores": True}
+
+    def loss(context, weights):
+        context, weights = ops.cast(context, "float32"), ops.cast(weights, "float32")
+        return ops.sum(context * r_context) + ops.sum(weights * r_weights)
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        def run(q, v):
+            with tf.GradientTape() as tape:
+                tape.watch([q, v])
+                context, weights = layer(q, v, **call_kwargs)
+                value = loss(context, weights)
+            grads = tape.gradient(value, [q, v] + [w.value for w in layer.trainable_weights])
+            return context, weights, [tf.convert_to_tensor(g) for g in grads]
+
+        run = tf.function(run, jit_compile=True) if jit else run
+        return run(tf.constant(q), tf.constant(v))
+    import jax
+
+    non_trainable = [w.value for w in layer.non_trainable_weights]
+
+    def forward(args):
+        trainable, q, v = args
+        (context, weights), _ = layer.stateless_call(trainable, non_trainable, q, v, **call_kwargs)
+        return loss(context, weights), (context, weights)
+
+    run = jax.value_and_grad(forward, has_aux=True)
+    run = jax.jit(run) if jit else run
+    (_, (context, weights)), (g_trainable, g_q, g_v) = run(([w.value for w in layer.trainable_weights], q, v))
+    return context, weights, [g_q, g_v] + list(g_trainable)
+
+
+def _assert_same(layer_a, layer_b, q, v, atol=1e-6, jit_a=False, **kwargs):
+    a = _outputs_and_grads(layer_a, q, v, kwargs, jit=jit_a)
+    b = _outputs_and_grads(layer_b, q, v, kwargs)
+    np.testing.assert_allclose(_np(a[0]), _np(b[0]), atol=atol, err_msg="context")
+    np.testing.assert_allclose(_np(a[1]), _np(b[1]), atol=atol, err_msg="weights")
+    assert len(a[2]) == len(b[2]) == 2 + len(layer_a.trainable_weights)
+    names = ["query", "value"] + [w.path for w in layer_a.trainable_weights]
+    for name, ga, gb in zip(names, a[2], b[2]):
+        assert np.all(np.isfinite(_np(ga))), name
+        np.testing.assert_allclose(_np(ga), _np(gb), atol=atol * 10, err_msg=f"gradient w.r.t. {name}")
+    return a
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+def test_windowed_equals_masked_with_padding(mode, score, rng):
+    windowed, masked, q, v = _pair(rng, mode, score)
+    context, weights, _ = _assert_same(windowed, masked, q, v, value_mask=PADDING, query_mask=QUERY_PADDING)
+    weights = _np(weights)
+    assert np.all(weights[0, :, 3:] == 0)  # never reaches padding
+    assert np.all(weights[0, 6] == 0) and np.all(_np(context)[0, 6] == 0)  # padded query
+    if mode == "local-m":  # p_t = t: windows [t - 2, t + 2] clipped at 0 and at S; t >= 5 sees only padding
+        assert np.all(weights[1, 0, 3:] == 0) and np.all(weights[1, 6, :4] == 0)
+        assert np.all(weights[0, 5:] == 0) and np.all(_np(context)[0, 5:] == 0)
+    # Without the weights requested: the same context.
+    np.testing.assert_allclose(_np(windowed(q, v, value_mask=PADDING, query_mask=QUERY_PADDING)), _np(context),
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "mode, mask_shape",
+    [("local-m", (B, TW, SW)), ("local-p", (B, TW, SW)), ("local-m", (1, TW, SW)), ("local-p", (B, 1, SW))],
+)
+def test_windowed_equals_masked_with_explicit_and_causal_masks(mode, mask_shape, rng):
+    windowed, masked, q, v = _pair(rng, mode, "additive")
+    attention_mask = rng.random(mask_shape) < 0.6
+    attention_mask[..., 0, :] = False  # query 0 sees nothing
+    _assert_same(windowed, masked, q, v, value_mask=PADDING[::-1], attention_mask=attention_mask,
+                 use_causal_mask=True)
+
+
+@pytest.mark.parametrize("start_index", [3, 8])  # 8: windows past the end of S
+def test_windowed_equals_masked_local_m_start_index(start_index, rng):
+    windowed, masked, q, v = _pair(rng, "local-m", "general")
+    _assert_same(windowed, masked, q, v, start_index=start_index)
+    step = windowed(q[:, 0], v, start_index=ops.convert_to_tensor(start_index), return_attention_scores=True)
+    expected = masked(q[:, 0], v, start_index=start_index, return_attention_scores=True)
+    for a, b in zip(step, expected):
+        np.testing.assert_allclose(_np(a), _np(b), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+def test_windowed_equals_masked_attend_step(mode, rng):
+    windowed, masked, q, v = _pair(rng, mode, "general")
+    memory_w = windowed.prepare_memory(v, value_mask=PADDING)
+    memory_m = masked.prepare_memory(v, value_mask=PADDING)
+    for t in range(TW):
+        step_w = windowed.attend_step(q[:, t], memory_w, index=t)
+        step_m = masked.attend_step(q[:, t], memory_m, index=t)
+        assert tuple(step_w[1].shape) == (B, SW)
+        for a, b in zip(step_w, step_m):
+            np.testing.assert_allclose(_np(a), _np(b), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+def test_windowed_equals_masked_under_jit(mode, rng):
+    windowed, masked, q, v = _pair(rng, mode, "general")
+    _assert_same(windowed, masked, q, v, jit_a=True, value_mask=PADDING, use_causal_mask=True)
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+def test_windowed_equals_masked_mixed_float16(mode, rng):
+    keras.config.set_dtype_policy("mixed_float16")
+    windowed, masked, q, v = _pair(rng, mode, "general")
+    context, weights = windowed(q, v, value_mask=PADDING, return_attention_scores=True)
+    assert context.dtype == weights.dtype == "float16"
+    expected = masked(q, v, value_mask=PADDING, return_attention_scores=True)
+    np.testing.assert_allclose(_np(context), _np(expected[0]), atol=2e-3)
+    np.testing.assert_allclose(_np(weights), _np(expected[1]), atol=2e-3)
+
+
+def test_windowed_dropout_drops_window_weights(rng):
+    windowed, masked, q, v = _pair(rng, "local-p", "general", dropout=0.5, seed=3)
+    kept = _np(masked(q, v, value_mask=PADDING, return_attention_scores=True, training=False)[1])
+    context, weights = windowed(q, v, value_mask=PADDING, return_attention_scores=True, training=True)
+    weights = _np(weights)
+    dropped = (weights == 0) & (kept > 0)
+    assert dropped.any() and (~dropped & (kept > 0)).any()
+    np.testing.assert_allclose(weights[~dropped], 2.0 * kept[~dropped], atol=1e-6)  # 1 / (1 - rate)
+    np.testing.assert_allclose(_np(context), weights @ v, atol=1e-5)  # the weights returned are applied
+
+
+def test_implementation_config_round_trip():
+    layer = al.LocalAttention(window=3, mode="local-m", implementation="masked")
+    config = layer.get_config()
+    assert config["implementation"] == "masked"
+    assert al.LocalAttention.from_config(config).get_config() == config
+    del config["implementation"]  # a config saved before the argument existed
+    assert al.LocalAttention.from_config(config).implementation == "windowed"
+    with pytest.raises(ValueError, match="implementation.*'sparse'.*windowed"):
+        al.LocalAttention(window=3, implementation="sparse")
+
+
+def _intermediate_shapes(layer, q, v):
+    """Static shapes of every intermediate of the layer's (jitted) call, without the weights returned."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        graph = tf.function(lambda q, v: layer(q, v, value_mask=PADDING, use_causal_mask=True)).get_concrete_function(
+            tf.constant(q), tf.constant(v)).graph
+        return [tuple(t.shape) for op in graph.get_operations() for t in op.outputs if t.shape.rank is not None]
+    import jax
+
+    non_trainable = [w.value for w in layer.non_trainable_weights]
+    trainable = [w.value for w in layer.trainable_weights]
+    jaxpr = jax.make_jaxpr(lambda q, v: layer.stateless_call(trainable, non_trainable, q, v, value_mask=PADDING,
+                                                             use_causal_mask=True)[0])(q, v)
+    shapes = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            shapes.extend(tuple(getattr(x.aval, "shape", ())) for x in eqn.outvars)
+            for sub in jax.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return shapes
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+def test_windowed_builds_no_target_by_source_tensor(mode, rng):
+    windowed, masked, q, v = _pair(rng, mode, "general")
+
+    def dense(shapes):  # any tensor with both a T axis and an S axis, or as many elements as (T, S)
+        return [s for s in shapes if (TW in s and SW in s) or (np.prod(s, dtype=int) % (TW * SW) == 0 and s != ())]
+
+    assert dense(_intermediate_shapes(masked, q, v))  # the check sees the masked path's (B, T, S) tensors
+    assert not dense(_intermediate_shapes(windowed, q, v))
