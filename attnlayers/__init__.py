@@ -1,13 +1,16 @@
 """attnlayers: attention layers for Keras 3.
 
 Every classic scoring function; soft, local and hard attention; attention pooling; attention RNN decoders
-(Bahdanau, Luong); multi-head attention with GQA, caches and position hooks; positional encodings; token
-embeddings; Transformer blocks; and the mask algebra they share. All math is in ``keras.ops``, so the layers
+(Bahdanau, Luong); multi-head attention with GQA, caches and position hooks; memory-efficient exact attention
+and long-sequence variants (Linformer, BigBird); positional encodings; token embeddings; Transformer blocks;
+and the mask algebra they share. All math is in ``keras.ops``, so the layers
 run under the TensorFlow and JAX backends.
 """
 
 from attnlayers import decoding, distribution, masking, normalization, positional, scoring, validation, visualize
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
+from attnlayers.bigbird import BigBirdAttention, bigbird_mask, bigbird_pattern
+from attnlayers.chunked import chunked_attention
 from attnlayers.decoding import BeamSearch, DecodeResult, GreedySearch, Sampling, generate
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.hard import (
@@ -17,6 +20,7 @@ from attnlayers.hard import (
     ReinforceModel,
     reinforce_surrogate,
 )
+from attnlayers.linformer import LinformerAttention
 from attnlayers.local import LocalAttention
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.normalization import RMSNorm

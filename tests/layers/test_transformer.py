@@ -1,7 +1,6 @@
 """FeedForward, Transformer blocks and stacks: harness, NumPy references, keras-hub equivalence, caches,
 the causal rule on every path, the paper's parameter count, bad input."""
 
-import keras
 import keras_hub
 import numpy as np
 import pytest
