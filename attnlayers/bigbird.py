@@ -14,7 +14,7 @@ from keras import ops
 
 from attnlayers import masking
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
-from attnlayers.validation import format_shape, non_negative_int, positive_int
+from attnlayers.validation import format_shape, non_negative_int, positive_int, reject_arguments
 
 
 def bigbird_pattern(num_blocks, num_global_blocks, num_random_blocks, seed):
@@ -151,19 +151,11 @@ class BigBirdAttention(MultiHeadAttention):
         pattern_seed=None,
         **kwargs,
     ):
-        for name in ("sliding_window", "position_bias"):
-            if kwargs.get(name) is not None:
-                raise ValueError(
-                    f"BigBirdAttention does not support `{name}`: its attention pattern is fixed by block_size, "
-                    f"num_global_blocks and num_random_blocks; received {name}={kwargs[name]!r}, expected None."
-                )
-        for name in ("flash_attention", "memory_efficient"):
-            if kwargs.get(name):
-                raise ValueError(
-                    f"BigBirdAttention does not take MultiHeadAttention's dense memory-efficient path "
-                    f"(its block-sparse attention is already O(T (g + 3 + r) b)); received "
-                    f"{name}={kwargs[name]!r}, expected None or False."
-                )
+        reject_arguments("BigBirdAttention", kwargs, ("sliding_window", "position_bias"),
+                         "its attention pattern is fixed by block_size, num_global_blocks and num_random_blocks")
+        reject_arguments("BigBirdAttention", kwargs, ("flash_attention", "memory_efficient"),
+                         "MultiHeadAttention's dense memory-efficient path is not used, its block-sparse attention "
+                         "is already O(T (g + 3 + r) b)", flags=True)
         super().__init__(num_heads, key_dim, **kwargs)
         if self._fused_scale is None:
             raise ValueError(

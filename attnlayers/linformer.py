@@ -11,7 +11,7 @@ from keras import ops
 
 from attnlayers import masking
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention, _length
-from attnlayers.validation import format_shape, one_of, positive_int
+from attnlayers.validation import format_shape, one_of, positive_int, reject_arguments
 
 # Section 4's parameter sharing within one layer. "layerwise" shares one E across the layers of a model, which
 # a single layer cannot do (see the error message below).
@@ -120,19 +120,11 @@ class LinformerAttention(MultiHeadAttention):
         projection_constraint=None,
         **kwargs,
     ):
-        for name in ("sliding_window", "position_bias"):
-            if kwargs.get(name) is not None:
-                raise ValueError(
-                    f"LinformerAttention does not support `{name}`: it acts on (query, key) pairs, but each "
-                    f"projected key mixes every key position; received {name}={kwargs[name]!r}, expected None."
-                )
-        for name in ("flash_attention", "memory_efficient"):
-            if kwargs.get(name):
-                raise ValueError(
-                    f"LinformerAttention does not take MultiHeadAttention's dense memory-efficient path "
-                    f"(its attention over the k projected positions is already O(T k)); received "
-                    f"{name}={kwargs[name]!r}, expected None or False."
-                )
+        reject_arguments("LinformerAttention", kwargs, ("sliding_window", "position_bias"),
+                         "it acts on (query, key) pairs, but each projected key mixes every key position")
+        reject_arguments("LinformerAttention", kwargs, ("flash_attention", "memory_efficient"),
+                         "MultiHeadAttention's dense memory-efficient path is not used, its attention over the k "
+                         "projected positions is already O(T k)", flags=True)
         super().__init__(num_heads, key_dim, **kwargs)
         self._projected_length = positive_int(projected_length, "projected_length")
         self._max_length = positive_int(max_length, "max_length")

@@ -112,3 +112,14 @@ def string_list(value, name):
     ):
         raise ValueError(f"`{name}` must be None or a list of non-empty strings; received {name}={value!r}.")
     return list(value)
+
+
+def reject_arguments(layer, arguments, names, why, *, flags=False):
+    """Raises a ValueError for the first of ``names`` that ``arguments`` (a call's kwargs) sets: not None, or with
+    ``flags`` truthy. The message names the layer, the argument and its value, says ``why`` and what is
+    expected."""
+    for name in names:
+        value = arguments.get(name)
+        if (bool(value) if flags else value is not None):
+            expected = "None or False" if flags else "None"
+            raise ValueError(f"{layer} does not support `{name}`: {why}; received {name}={value!r}, expected {expected}.")

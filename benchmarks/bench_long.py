@@ -133,31 +133,41 @@ def plot(results, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"keras": ("tab:gray", "s"), "plain": ("tab:blue", "o"), "chunked": ("tab:red", "^")}
+    styles = {"keras": ("tab:gray", "s", 0.94), "plain": ("tab:blue", "o", 1.06), "chunked": ("tab:red", "^", 1.0)}
     labels = {"keras": "keras MultiHeadAttention", "plain": "attnlayers, plain",
               "chunked": "attnlayers, memory-efficient"}
-    for impl, (color, marker) in styles.items():
+    ram = results.get("ram_gib")
+    for impl, (color, marker, shift) in styles.items():
         rows = [r for r in results["mha"] if r["impl"] == impl]
         ok = [r for r in rows if "error" not in r]
-        failed = [r for r in rows if "error" in r]
-        for ax, key, scale in ((axes[0], "seconds", 1.0), (axes[1], "peak_mib", 1 / 1024)):
-            ax.plot([r["length"] for r in ok], [r[key] * scale for r in ok], marker=marker, color=color,
-                    label=labels[impl])
-            if failed:
-                top = max((r[key] * scale for r in results["mha"] if "error" not in r), default=1)
-                ax.scatter([r["length"] for r in failed], [top] * len(failed), marker="x", s=80, color=color,
-                           label=f"{labels[impl]}: out of memory")
+        failed = [r["length"] for r in rows if "error" in r]
+        axes[0].plot([r["length"] for r in ok], [r["seconds"] for r in ok], marker=marker, color=color,
+                     label=labels[impl])
+        axes[1].plot([r["length"] for r in ok], [r["peak_mib"] / 1024 for r in ok], marker=marker, color=color,
+                     label=labels[impl])
+        if failed and ram:  # out of memory: drawn on the machine's RAM line (shifted apart so both show)
+            axes[1].scatter([t * shift for t in failed], [ram] * len(failed), marker="x", s=70, color=color,
+                            label=f"{labels[impl]}: out of memory")
+    if ram:
+        axes[1].axhline(ram, color="black", linestyle="--", linewidth=0.8)
+        axes[1].text(1024, ram * 1.08, f"this machine's RAM ({ram:.0f} GiB)", fontsize=8)
     for ax, title in ((axes[0], "time per step (s), forward + backward"), (axes[1], "peak memory (GiB)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length T (B = 1, 8 heads x 64)")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize=8, loc="upper left")
+    axes[0].legend(fontsize=8, loc="upper left")
+    axes[1].legend(fontsize=8, loc="lower right")
     fig.suptitle("Exact self-attention on CPU (TensorFlow, float32)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
+
+
+def _ram_gib():
+    with open("/proc/meminfo") as f:
+        return int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) / 2**20
 
 
 def main(argv=None):
@@ -168,9 +178,16 @@ def main(argv=None):
     parser.add_argument("--short-rounds", type=int, default=6, help="rounds of the T <= 512 comparison")
     parser.add_argument("--no-local", action="store_true", help="skip the LocalAttention comparison")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--plot-only", action="store_true", help="table and picture of the saved long.json")
     args = parser.parse_args(argv)
     memory_backend = harness._memory_backend()
-    results = {"environment": harness.environment(), "memory": memory_backend, "mha": [], "short": [], "local": []}
+    if args.plot_only:
+        results = json.loads((args.out / "long.json").read_text())
+        print_tables(results)
+        print("picture:", plot(results, args.out / "long.png"))
+        return 0
+    results = {"environment": harness.environment(), "memory": memory_backend, "ram_gib": _ram_gib(), "mha": [],
+               "short": [], "local": []}
 
     def log(row):
         print(json.dumps(row), flush=True)

@@ -240,6 +240,36 @@ def gradient(fn, x):
     return np.asarray(ops.convert_to_numpy(ops.cast(g, "float32")))
 
 
+def outputs_and_gradients(layer, inputs, **kwargs):
+    """The layer's (output, scores) and the gradients of sum(output^2) with respect to every trainable weight and
+    to ``inputs`` (a dict of float arrays passed by name), as NumPy, under TensorFlow or JAX (jitted: one
+    compilation instead of one per op)."""
+    names = sorted(inputs)
+    kwargs = {**kwargs, "return_attention_scores": True}
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        tensors = {name: tf.convert_to_tensor(inputs[name]) for name in names}
+        with tf.GradientTape() as tape:
+            tape.watch(list(tensors.values()))
+            outputs = layer(**tensors, **kwargs)
+            loss = ops.sum(ops.square(outputs[0]))
+        grads = tape.gradient(loss, [v.value for v in layer.trainable_variables] + [tensors[n] for n in names])
+        return [_np(o) for o in outputs], [np.asarray(g) for g in grads]
+    import jax
+
+    non_trainable = [v.value for v in layer.non_trainable_variables]
+
+    def loss_fn(trainable, tensors):
+        outputs, _ = layer.stateless_call(trainable, non_trainable, **tensors, **kwargs)
+        return ops.sum(ops.square(outputs[0])), outputs
+
+    (_, outputs), (g_weights, g_inputs) = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True))(
+        [v.value for v in layer.trainable_variables], {n: ops.convert_to_tensor(inputs[n]) for n in names}
+    )
+    return [_np(o) for o in outputs], [np.asarray(g) for g in g_weights] + [np.asarray(g_inputs[n]) for n in names]
+
+
 def np_softmax(x, mask=None, axis=-1):
     """Reference softmax from the definition, with the fully-masked rule (weights 0)."""
     x = np.asarray(x, dtype="float64")
