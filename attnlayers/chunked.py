@@ -86,16 +86,23 @@ def _map(fn, count, specs):
     return list(jax.lax.map(lambda i: tuple(fn(i)), jax.numpy.arange(count, dtype="int32")))
 
 
-def _uniform(shape, seed):
-    """Stateless U[0, 1) float32 numbers of ``shape`` from an int32 (2,) ``seed`` (Philox on TensorFlow,
-    threefry on JAX): the same seed gives the same numbers, in the forward and the backward pass."""
+def _uniform(shape, seed, i, j):
+    """Stateless U[0, 1) float32 numbers of ``shape`` for block (i, j) of an int32 (2,) ``seed``: the seed with
+    i and then j folded in (TensorFlow's ``stateless_fold_in``, JAX's ``fold_in``), then Philox / threefry. The
+    same (seed, i, j) gives the same numbers, in the forward and the backward pass; other blocks, and the next
+    seed of a ``SeedGenerator`` (which adds 1 to the seed's second entry), give unrelated ones (adding (i, j) to
+    the seed would make block (i, j + 1) of one step block (i, j) of the next)."""
     if _BACKEND == "tensorflow":
         import tensorflow as tf
 
-        return tf.random.stateless_uniform(shape, seed=seed, dtype="float32")
+        fold = tf.random.experimental.stateless_fold_in
+        block_seed = fold(fold(seed, ops.cast(i, "int32")), ops.cast(j, "int32"))
+        return tf.random.stateless_uniform(shape, seed=block_seed, dtype="float32")
     import jax
 
-    return jax.random.uniform(jax.lax.convert_element_type(seed, "uint32"), shape, "float32")
+    key = jax.lax.convert_element_type(seed, "uint32")
+    key = jax.random.fold_in(jax.random.fold_in(key, i), j)
+    return jax.random.uniform(key, shape, "float32")
 
 
 def seed_tensor(seed):
@@ -119,13 +126,12 @@ def seed_tensor(seed):
 def dropout_keep_mask(seed, i, j, shape, rate):
     """The dropout mask of block (i, j): Bernoulli(1 - rate) keep decisions, True = kept.
 
-    The draw is ``U[0, 1) >= rate`` with U the stateless uniform numbers of seed ``seed + (i, j)``, one per
+    The draw is ``U[0, 1) >= rate`` with U the stateless uniform numbers of ``seed`` with (i, j) folded in, one per
     entry of the (B, N, Cq, Ck) block (padding positions included). Kept weights are scaled by 1 / (1 - rate)
     (inverted dropout, as ``keras.layers.Dropout``). The mask depends on the seed and the block sizes, not on
     the backend's Dropout layer: it cannot reproduce that layer's mask, only its distribution.
     """
-    block_seed = seed + ops.stack([ops.cast(i, "int32"), ops.cast(j, "int32")])
-    return _uniform(shape, block_seed) >= rate
+    return _uniform(shape, seed, i, j) >= rate
 
 
 # ---------------------------------------------------------------------------------------------------------------

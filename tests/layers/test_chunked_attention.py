@@ -352,3 +352,17 @@ def test_errors_and_config():
         clone = MultiHeadAttention.from_config(config)
         assert clone.get_config() == config
         assert clone._memory_efficient == MultiHeadAttention(N, H, **kwargs)._memory_efficient
+
+
+def test_dropout_masks_of_other_blocks_and_of_the_next_seed_are_unrelated():
+    """A SeedGenerator's next seed adds 1 to the seed's second entry: no block of the next step may repeat a block
+    of this one (as it would if (i, j) were added to the seed), and no two blocks of a step are equal."""
+    seed = seed_tensor(7)
+    following = seed + ops.convert_to_tensor([0, 1], "int32")
+    shape = (1, 2, 8, 8)
+    masks = {(step, i, j): _np(dropout_keep_mask(s, i, j, shape, 0.5))
+             for step, s in ((0, seed), (1, following)) for i in range(2) for j in range(2)}
+    keys = list(masks)
+    for a in range(len(keys)):
+        for b in range(a + 1, len(keys)):
+            assert not np.array_equal(masks[keys[a]], masks[keys[b]]), (keys[a], keys[b])
