@@ -522,4 +522,6 @@ def test_self_attention_fuses_the_three_projections_into_one_matmul(num_key_valu
     np.testing.assert_allclose(_np(fused), _np(separate), atol=1e-6)
     assert len(fused_grads) == len(separate_grads) == (8 if use_bias else 4)
     for a, b in zip(fused_grads, separate_grads, strict=True):
-        np.testing.assert_allclose(_np(a), _np(b), atol=1e-5)
+        # Gradients of sum(out^2) reach ~75 here: float32 sums taken in another order (unoptimised XLA on JAX)
+        # differ by a few ulps of that, 2.3e-5 measured; a wrong kernel would differ by O(1).
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-6, atol=1e-5)
