@@ -721,7 +721,7 @@ def _fused_jax_gpu(query, key, value, bias, query_mask, key_mask, attention_mask
     """
     if _BACKEND != "jax" or rate > 0 or window is not None:
         return None
-    if any(x is not None for x in (query_mask, key_mask, attention_mask, offset)):
+    if any(x is not None for x in (query_mask, key_mask, attention_mask)):
         return None
     import jax
 
@@ -730,6 +730,9 @@ def _fused_jax_gpu(query, key, value, bias, query_mask, key_mask, attention_mask
     if backend.standardize_dtype(query.dtype) not in _REDUCED_PRECISION:
         return None
     t, s = query.shape[1], key.shape[1]
+    # The default offset S - T (MultiHeadAttention passes it explicitly); causal only with T == S.
+    if offset is not None and not (is_int(offset) and is_int(t) and is_int(s) and offset == s - t):
+        return None
     if causal and t != s:
         return None
     try:
