@@ -366,3 +366,28 @@ def test_dropout_masks_of_other_blocks_and_of_the_next_seed_are_unrelated():
     for a in range(len(keys)):
         for b in range(a + 1, len(keys)):
             assert not np.array_equal(masks[keys[a]], masks[keys[b]]), (keys[a], keys[b])
+
+
+def test_memory_efficient_layer_passes_the_layer_harness():
+    """The shared harness (build, config, functional model, .keras file, jit, mixed precision, gradients to every
+    weight, value padding) on the memory-efficient path, causal with a sliding window, small blocks."""
+    from harness import run_layer_test
+
+    class Small(MultiHeadAttention):  # many blocks at these sizes
+        _chunk_sizes = (3, 4)
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(B, S, 8)).astype("float32")
+    keras.saving.get_custom_objects()["Small"] = Small
+    try:
+        run_layer_test(
+            Small,
+            {"num_heads": N, "key_dim": H, "num_key_value_heads": N_KV, "sliding_window": 4, "memory_efficient": True},
+            {"query": x, "value": x},
+            call_kwargs={"use_causal_mask": True},
+            expected_output_shape=(B, S, 8),
+            expected_num_trainable_weights=8,
+            mask_check={"input_name": "value", "mask_arg": "value_mask"},
+        )
+    finally:
+        keras.saving.get_custom_objects().pop("Small")
