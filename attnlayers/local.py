@@ -10,6 +10,8 @@ from attnlayers.validation import one_of, positive_int
 
 _MODES = {"local-m": "local-m", "monotonic": "local-m", "local-p": "local-p", "predictive": "local-p"}
 _IMPLEMENTATIONS = ("windowed", "masked")
+_POSITIONS = ("diagonal", "paper")
+_PRIOR_EPSILON = 1e-3  # the diagonal prior (t + 1/2) / (L + 1) is clipped to [eps, 1 - eps] before its logit
 
 
 def _take_rows(x, positions):
@@ -48,10 +50,19 @@ class LocalAttention(Attention):
 
     - local-m (monotonic): the aligned position is p_t = t (eq. 9's alternative, sec. 3.2); ``start_index``
       (``index`` in :meth:`attend_step`) is the position of query 0 when decoding step by step.
-    - local-p (predictive): p_t = L * sigmoid(v_p^T tanh(W_p h_t)) (eq. 9), where L is the last valid source
-      index of each sequence (its length - 1, so p_t covers exactly the real tokens; the paper's S with
-      0-based positions), and the weights are multiplied by a Gaussian centred at p_t,
-      a_t(s) = align(h_t, h_s) exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2 (eq. 10).
+    - local-p (predictive): p_t is predicted from h_t, and the weights are multiplied by a Gaussian centred at
+      p_t, a_t(s) = align(h_t, h_s) exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2 (eq. 10). L is the last
+      valid source index of each sequence (its length - 1, so p_t covers exactly the real tokens; the paper's
+      S with 0-based positions), g_t = v_p^T tanh(W_p h_t) and u the width of W_p:
+
+      - ``position="diagonal"`` (default): p_t = L sigmoid(g_t / sqrt(u) + logit((t + 1/2) / (L + 1))), eq. 9
+        around the monotone diagonal: at initialisation (g_t ~ 0) target word t looks at source position
+        ~t, and the gate learns the departures from it (reordering, length ratio). The 1/sqrt(u) keeps Adam,
+        which moves each of v_p's u entries by about the learning rate per step, from moving the gate u times
+        faster than the alignment can follow (as the "scaled_general" score does for W_a). t counts from
+        ``start_index`` (``index`` in :meth:`attend_step`), so step-by-step decoding needs the step index.
+      - ``position="paper"``: p_t = L sigmoid(g_t) (eq. 9 as published). Trained with Adam on real sentences
+        its window moves to one end of the source for every t (benchmarks/README.md measures both).
 
     The window [p_t - D, p_t + D] is combined with padding, causal and explicit masks, so it is clipped at
     both sequence ends and never reaches padding; the softmax is taken over the visible part of the window.
@@ -69,14 +80,15 @@ class LocalAttention(Attention):
         window: D, the half-width (a positive int); the window holds 2D + 1 positions.
         mode: "local-p" / "predictive" (default) or "local-m" / "monotonic".
         score: any score (default "general", Luong's choice for local-p).
-        units: width of W_p for local-p (default: the query dim).
+        units: width u of W_p for local-p (default: the query dim).
+        position: local-p's prediction of p_t, "diagonal" (default) or "paper" (see above).
         dropout, seed: dropout on the weights.
         implementation: "windowed" (default: only the window is computed) or "masked" (all (t, s) pairs are
             scored, then masked).
 
     Call arguments:
         As ``Attention.call``, plus ``start_index`` (int or scalar tensor): the position of query 0, for
-        local-m when decoding one step at a time. ``attend_step(query, memory, index)`` takes it as ``index``.
+        local-m and the diagonal local-p when decoding one step at a time. ``attend_step(query, memory, index)`` takes it as ``index``.
 
     Returns:
         context (B, T, Dv) (or (B, Dv) for a (B, Dq) query) and, if requested, weights (B, T, S) (or (B, S)).
@@ -89,11 +101,12 @@ class LocalAttention(Attention):
     """
 
     def __init__(self, window, mode="local-p", score="general", units=None, dropout=0.0, seed=None,
-                 implementation="windowed", **kwargs):
+                 implementation="windowed", position="diagonal", **kwargs):
         super().__init__(score=score, dropout=dropout, seed=seed, **kwargs)
         self.window = positive_int(window, "window", what="the half-width D of the window")
         self.mode = _MODES[one_of(mode, "mode", sorted(_MODES))]
         self.units = positive_int(units, "units", allow_none=True)
+        self.position = one_of(position, "position", _POSITIONS)
         self.implementation = one_of(implementation, "implementation", _IMPLEMENTATIONS)
 
     def build(self, query_shape=None, value_shape=None, key_shape=None):
@@ -114,15 +127,16 @@ class LocalAttention(Attention):
             query: (B, T, Dq) queries h_t.
             value_mask: (B, S) boolean padding mask of the source, or None.
             source_length: S (int or scalar tensor).
-            start_index: position of query 0 (local-m; None = 0).
+            start_index: position of query 0 (local-m and the diagonal local-p; None = 0).
 
         Returns:
-            p_t, float32 (1, T, 1) for local-m (p_t = start_index + t), (B, T, 1) for local-p (eq. 9).
+            p_t, float32 (1, T, 1) for local-m (p_t = start_index + t), (B, T, 1) for local-p (eq. 9, around
+            the diagonal unless ``position="paper"``).
         """
+        start = 0 if start_index is None else start_index
+        t = (ops.arange(ops.shape(query)[1], dtype="float32") + ops.cast(start, "float32"))[None, :, None]
         if self.mode == "local-m":
-            start = 0 if start_index is None else start_index
-            t = ops.arange(ops.shape(query)[1], dtype="float32") + ops.cast(start, "float32")
-            return t[None, :, None]
+            return t
         if value_mask is None:
             last = ops.cast(source_length - 1, "float32")
         else:
@@ -130,7 +144,13 @@ class LocalAttention(Attention):
             last = last[:, :, None]  # (B, 1, 1)
         hidden = dense_last_axis(self.position_dense, query)
         gate = ops.einsum("btu,u->bt", ops.cast(hidden, "float32"), ops.cast(self.position_v, "float32"))
-        return last * ops.sigmoid(gate)[..., None]  # eq. 9
+        gate = gate[..., None]  # g_t = v_p^T tanh(W_p h_t), (B, T, 1)
+        if self.position == "paper":
+            return last * ops.sigmoid(gate)  # eq. 9
+        # eq. 9 around the diagonal: L sigmoid(g_t / sqrt(u) + logit((t + 1/2) / (L + 1)))
+        prior = ops.clip((t + 0.5) / (last + 1.0), _PRIOR_EPSILON, 1.0 - _PRIOR_EPSILON)
+        units = float(self.position_v.shape[0])
+        return last * ops.sigmoid(gate / units**0.5 + ops.log(prior) - ops.log1p(-prior))
 
     def _gaussian(self, s, p):
         sigma = self.window / 2.0
@@ -267,4 +287,10 @@ class LocalAttention(Attention):
             "mode": self.mode,
             "units": self.units,
             "implementation": self.implementation,
+            "position": self.position,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        # Saved before ``position`` existed: those layers computed eq. 9 as published.
+        return cls(**{"position": "paper", **config})

@@ -4,16 +4,23 @@ under teacher forcing: the position of each target word's largest weight as a fr
 averaged over the four quarters of the target sentence, its correlation r with the target position, the mean
 total weight (local-p's Gaussian makes it < 1) and the validation loss / accuracy. One JSON line per probe.
 
-``--position`` swaps the prediction of p_t (``LocalAttention.aligned_positions``) for an alternative, to test
-a fix before it goes into the layer:
+``--position`` picks the prediction of p_t, g_t = v_p^T tanh(W_p h_t), L the last source index, u the width of
+W_p. The layer's two (``LocalAttention(position=...)``):
 
-- ``paper``: p_t = L sigmoid(v_p^T tanh(W_p h_t)) (Luong et al. 2015, eq. 9; L the last source index);
-- ``diagonal``: eq. 9 with the monotone diagonal as a prior in the logit,
-  L sigmoid(g_t + logit((t + 0.5) / (L + 1))): at initialisation p_t ~ t;
+- ``paper``: p_t = L sigmoid(g_t) (Luong et al. 2015, eq. 9);
+- ``diagonal`` (the layer's default): L sigmoid(g_t / sqrt(u) + logit((t + 0.5) / (L + 1))): at
+  initialisation p_t ~ t, and Adam moves the gate no faster than the alignment;
+
+and candidates measured on the way, swapped in for ``LocalAttention.aligned_positions``:
+
+- ``diagonal-unscaled``: the diagonal prior without the 1/sqrt(u);
 - ``offset``: a bounded offset from the diagonal, clip(t + 2D tanh(g_t), 0, L);
-- ``scaled``: eq. 9 with the gate divided by sqrt(units), as the scaled general score.
+- ``scaled``: eq. 9 with the gate divided by sqrt(u), without the prior;
+- ``monotonic``: p_t = min(t, L) (local-m's centre with local-p's Gaussian; W_p, v_p unused).
 
-    python benchmarks/local_p_probe.py --position paper --steps 300
+``--model luong`` trains global attention instead (``--position`` unused): the reference at equal steps.
+
+    python benchmarks/local_p_probe.py --position diagonal --steps 800
 """
 
 import argparse
@@ -31,7 +38,6 @@ from attnlayers.applications.nmt import recipes
 from attnlayers.scoring import dense_last_axis
 
 MAX_LENGTH, VOCABULARY = 48, 4000  # as nmt_quality.py
-_PAPER = local.LocalAttention.aligned_positions
 
 
 def _last_and_gate(layer, query, value_mask, source_length):
@@ -50,7 +56,7 @@ def _target_positions(query, start_index):
     return ops.arange(ops.shape(query)[1], dtype="float32")[None, :, None] + ops.cast(start, "float32")
 
 
-def diagonal(layer, query, value_mask, source_length, start_index=0):
+def diagonal_unscaled(layer, query, value_mask, source_length, start_index=0):
     last, gate = _last_and_gate(layer, query, value_mask, source_length)
     prior = ops.clip((_target_positions(query, start_index) + 0.5) / (last + 1.0), 1e-3, 1 - 1e-3)
     return last * ops.sigmoid(gate + ops.log(prior) - ops.log(1.0 - prior))
@@ -66,7 +72,13 @@ def scaled(layer, query, value_mask, source_length, start_index=0):
     return last * ops.sigmoid(gate / math.sqrt(layer.position_v.shape[0]))
 
 
-POSITIONS = {"paper": _PAPER, "diagonal": diagonal, "offset": offset, "scaled": scaled}
+def monotonic(layer, query, value_mask, source_length, start_index=0):
+    last, _ = _last_and_gate(layer, query, value_mask, source_length)
+    return ops.minimum(_target_positions(query, start_index), last)
+
+
+LAYER_POSITIONS = ("paper", "diagonal")
+CANDIDATES = {"diagonal-unscaled": diagonal_unscaled, "offset": offset, "scaled": scaled, "monotonic": monotonic}
 
 
 class Probe(keras.callbacks.Callback):
@@ -103,12 +115,16 @@ class Probe(keras.callbacks.Callback):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--position", choices=sorted(POSITIONS), default="paper")
+    parser.add_argument("--position", choices=[*LAYER_POSITIONS, *CANDIDATES], default="diagonal")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", choices=("local", "luong"), default="local",
+                        help="luong: global attention, the reference at equal steps (--position is ignored)")
     args = parser.parse_args(argv)
-    local.LocalAttention.aligned_positions = POSITIONS[args.position]
+    position = args.position if args.position in LAYER_POSITIONS else "paper"
+    if args.position in CANDIDATES:
+        local.LocalAttention.aligned_positions = CANDIDATES[args.position]
     keras.utils.set_random_seed(args.seed)
     splits = nmt.split_pairs(nmt.load_de_en(), seed=args.seed)
     tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=VOCABULARY, shared=True)
@@ -116,7 +132,9 @@ def main(argv=None):
     train = nmt.make_dataset(splits.train, tokenizers, batch_size=64, seed=args.seed, **lengths).repeat()
     validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=200, shuffle=False, **lengths)
     size = tokenizers.target.vocabulary_size
-    model, _ = recipes.build_recipe("local", size, size, None, max_length=MAX_LENGTH, shared_embeddings=True)
+    overrides = dict(position=position) if args.model == "local" else {}
+    model, _ = recipes.build_recipe(args.model, size, size, None, max_length=MAX_LENGTH, shared_embeddings=True,
+                                    **overrides)
     (source, target_in), _ = next(iter(validation))
     probe = Probe(model, source, target_in, validation, args.every)
     model.fit(train, steps_per_epoch=args.every, epochs=args.steps // args.every, callbacks=[probe], verbose=0)

@@ -96,7 +96,9 @@ class RNNSeq2Seq(Translator):
     - ``"luong"``: :class:`~attnlayers.LuongDecoder`, global attention with the ``score`` and input feeding
       (Luong et al. 2015). The default score is "scaled_general" (the paper's "general" / sqrt(units)), which
       keeps attention from saturating under Adam (see benchmarks/README.md).
-    - ``"local"``: the Luong decoder with local-p attention (predictive window of half-width ``window``).
+    - ``"local"``: the Luong decoder with local-p attention (predictive window of half-width ``window``; its
+      centre p_t predicted around the monotone diagonal unless ``position="paper"``, as
+      :class:`~attnlayers.LocalAttention`).
 
     Args:
         source_vocabulary_size, target_vocabulary_size: V_s, V_t.
@@ -104,13 +106,15 @@ class RNNSeq2Seq(Translator):
             annotations h_j = [h_fw; h_bw] are (B, S, units).
         attention: None, "bahdanau", "luong" or "local". score: Luong's score ("scaled_general", "general",
             "dot", ...).
-        window: local-p half-width D. cell: "gru" or "lstm". dropout: on embeddings and decoder outputs.
+        window: local-p half-width D. position: local-p's p_t, "diagonal" or "paper" (LocalAttention's
+            ``position``). cell: "gru" or "lstm". dropout: on embeddings and decoder outputs.
 
     Call: ``model((source_ids (B, S), target_in_ids (B, T)))`` -> logits (B, T, V_t).
     """
 
     def __init__(self, source_vocabulary_size, target_vocabulary_size, embedding_dim=256, units=256,
-                 attention="bahdanau", score="scaled_general", window=4, cell="gru", dropout=0.2, **kwargs):
+                 attention="bahdanau", score="scaled_general", window=4, cell="gru", dropout=0.2,
+                 position="diagonal", **kwargs):
         super().__init__(**kwargs)
         if attention not in (None, "none", "bahdanau", "luong", "local"):
             raise ValueError(f"`attention` must be None, 'bahdanau', 'luong' or 'local'; received {attention!r}.")
@@ -120,6 +124,7 @@ class RNNSeq2Seq(Translator):
             raise ValueError(f"`units` must be even (units // 2 per encoder direction); received {units}.")
         self.source_vocabulary_size, self.target_vocabulary_size = source_vocabulary_size, target_vocabulary_size
         self.embedding_dim, self.units, self.score, self.window = embedding_dim, units, score, window
+        self.position = position
         self.attention_type = None if attention in (None, "none") else attention
         self.cell_type, self.dropout_rate = cell, dropout
         rnn = keras.layers.GRU if cell == "gru" else keras.layers.LSTM
@@ -141,7 +146,8 @@ class RNNSeq2Seq(Translator):
                                            cell=cell, name="decoder")
         else:
             attention_layer = (Attention(score=score, name="attention") if self.attention_type == "luong" else
-                               LocalAttention(window, mode="local-p", score=score, name="attention"))
+                               LocalAttention(window, mode="local-p", score=score, position=position,
+                                              name="attention"))
             self.decoder = LuongDecoder(units, attention_layer, cell=cell, input_feeding=True, name="decoder")
         self.output_layer = keras.layers.Dense(target_vocabulary_size, name="logits")
 
@@ -208,7 +214,13 @@ class RNNSeq2Seq(Translator):
             "target_vocabulary_size": self.target_vocabulary_size,
             "embedding_dim": self.embedding_dim, "units": self.units, "attention": self.attention_type,
             "score": self.score, "window": self.window, "cell": self.cell_type, "dropout": self.dropout_rate,
+            "position": self.position,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        # Saved before ``position`` existed: local-p computed eq. 9 as published.
+        return cls(**{"position": "paper", **config})
 
 
 # --------------------------------------------------------------------------------------------------

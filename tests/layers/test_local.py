@@ -41,15 +41,25 @@ def test_local_m_numpy_reference_and_window_edges(rng):
     assert np.all(_np(weights)[:, 0, 2:] == 0)
 
 
-def test_local_p_numpy_reference_with_padding(rng):
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("position", ["paper", "diagonal"])
+def test_local_p_numpy_reference_with_padding(position, rng):
     q = rng.normal(size=(B, T, D)).astype("float32")
     v = rng.normal(size=(B, S, D)).astype("float32")
     value_mask = np.array([[1] * 4 + [0] * 3, [1] * 7], bool)
-    layer = al.LocalAttention(window=2, mode="local-p", score="dot")
+    layer = al.LocalAttention(window=2, mode="local-p", score="dot", position=position)
     weights = _np(layer(q, v, value_mask=value_mask, return_attention_scores=True)[1])
     wp, vp = _np(layer.position_dense.kernel), _np(layer.position_v)
     last = value_mask.sum(-1)[:, None, None] - 1.0
-    p = last * (1 / (1 + np.exp(-(np.tanh(q @ wp) @ vp))))[..., None]  # eq. 9
+    gate = (np.tanh(q @ wp) @ vp)[..., None]
+    if position == "paper":
+        p = last * _sigmoid(gate)  # eq. 9
+    else:  # L sigmoid(g / sqrt(u) + logit((t + 1/2) / (L + 1)))
+        prior = np.clip((np.arange(T)[None, :, None] + 0.5) / (last + 1), 1e-3, 1 - 1e-3)
+        p = last * _sigmoid(gate / np.sqrt(D) + np.log(prior / (1 - prior)))
     s = np.arange(S)[None, None, :]
     mask = (np.abs(s - p) <= 2) & value_mask[:, None, :]
     expected = np_softmax(np.einsum("btd,bsd->bts", q, v), mask) * np.exp(-((s - p) ** 2) / (2 * 1.0**2))
@@ -77,35 +87,69 @@ def test_bad_arguments(kwargs, match):
         al.LocalAttention(**kwargs)
 
 
-def test_local_p_learns_monotone_alignment_on_copy_task():
-    """Copy task: target position t must read source position t, so local-p must learn p_t ~ t (eq. 9).
-
-    window=4 on length 8: at initialisation (p_t ~ 3.5 for all t) every source position is inside every
-    window, so the Gaussian term gives p_t a gradient towards the right position from the start.
-    """
+def _learn_shifted_copy(position, shift, epochs):
+    """Target word t is source word min(t + shift, 7) of 8: local-p must learn p_t ~ t + shift. Returns the
+    held-out accuracy, the share of (t + shift <= 7) words whose largest weight is on t + shift, and p_t."""
     rng = np.random.default_rng(0)
     n, length, vocab = 3000, 8, 12
     src = rng.integers(1, vocab, size=(n, length))
+    aligned = np.minimum(np.arange(length) + shift, length - 1)
+    tgt = src[:, aligned]
 
     source = keras.Input((length,), dtype="int32")
     positions = ops.arange(length)
     keys = keras.layers.Embedding(vocab, 32)(source) + keras.layers.Embedding(length, 32)(positions)
     queries = keras.layers.Embedding(length, 32)(ops.zeros_like(source) + positions)
-    local = al.LocalAttention(window=4, mode="local-p", score="general")
+    local = al.LocalAttention(window=4, mode="local-p", score="general", position=position)
     context, weights = local(queries, keys, return_attention_scores=True)
     logits = keras.layers.Dense(vocab)(keras.layers.Concatenate()([context, queries]))
     model = keras.Model(source, logits)
     model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
-    model.fit(src[:2500], src[:2500], epochs=10, batch_size=64, verbose=0)
-    _, accuracy = model.evaluate(src[2500:], src[2500:], verbose=0)
-    alignment = keras.Model(source, weights).predict(src[2500:], verbose=0)
-    assert accuracy >= 0.95, accuracy
-    assert np.mean(alignment.argmax(-1) == np.arange(length)[None, :]) >= 0.95
+    model.fit(src[:2500], tgt[:2500], epochs=epochs, batch_size=64, verbose=0)
+    _, accuracy = model.evaluate(src[2500:], tgt[2500:], verbose=0)
+    unclipped = np.arange(length) + shift < length
+    peaks = keras.Model(source, weights).predict(src[2500:], verbose=0).argmax(-1)[:, unclipped]
     query_states = keras.Model(source, queries).predict(src[:1], verbose=0)
     p = _np(local.aligned_positions(ops.convert_to_tensor(query_states), None, length))[0, :, 0]
+    return accuracy, np.mean(peaks == aligned[unclipped]), p
+
+
+def test_local_p_learns_monotone_alignment_on_copy_task():
+    """Copy task with eq. 9 as published, which starts at p_t ~ 3.5 for every t: window=4 on length 8 puts
+    every source position inside every window, so the Gaussian term gives p_t a gradient towards t."""
+    accuracy, aligned, p = _learn_shifted_copy("paper", shift=0, epochs=10)
+    assert accuracy >= 0.95 and aligned >= 0.95, (accuracy, aligned)
     assert np.all(np.diff(p) > 0), p  # monotone
-    assert np.max(np.abs(p - np.arange(length))) <= 1.0, p
+    assert np.max(np.abs(p - np.arange(8))) <= 1.0, p
+
+
+def test_local_p_diagonal_learns_an_offset_from_the_diagonal():
+    """The diagonal p_t starts at ~t; here target t reads source t + 2, so its gate must move p_t by 2
+    (clipped at the last position), through the 1/sqrt(u) scaling."""
+    accuracy, aligned, p = _learn_shifted_copy("diagonal", shift=2, epochs=10)
+    assert accuracy >= 0.95 and aligned >= 0.95, (accuracy, aligned)
+    expected = np.minimum(np.arange(8) + 2, 7)
+    assert np.max(np.abs(p - expected)) <= 1.0, p
+    assert np.max(np.abs(p[:6] - np.arange(6))) > 1.5, p  # it left the starting diagonal
+
+
+def test_local_p_diagonal_starts_on_the_diagonal(rng):
+    """With a zero gate, p_t = L (t + 1/2) / (L + 1): within 1/2 of t, monotone, clipped at L past the end;
+    ``start_index`` shifts t."""
+    q = rng.normal(size=(B, 6, D)).astype("float32")
+    v = rng.normal(size=(B, S, D)).astype("float32")
+    value_mask = np.array([[1] * 4 + [0] * 3, [1] * 7], bool)
+    layer = al.LocalAttention(window=2, mode="local-p")
+    layer(q, v, value_mask=value_mask)
+    layer.position_v.assign(np.zeros(D, "float32"))
+    for start in (0, 3):
+        p = _np(layer.aligned_positions(ops.convert_to_tensor(q), ops.convert_to_tensor(value_mask), S, start))
+        t = np.arange(start, start + 6)
+        last = np.array([3.0, 6.0])[:, None]
+        expected = last * np.clip((t + 0.5) / (last + 1), 1e-3, 1 - 1e-3)
+        np.testing.assert_allclose(p[..., 0], expected, atol=1e-4)
+        assert np.all(np.abs(p[..., 0] - np.minimum(t, last)) <= 0.5 + 1e-6)
 
 
 def test_local_m_attend_step_uses_index_as_p_t(rng):
@@ -120,15 +164,16 @@ def test_local_m_attend_step_uses_index_as_p_t(rng):
         assert np.all(_np(weights)[:, np.abs(np.arange(S) - t) > 1] == 0.0)
 
 
-def test_local_p_attend_step_equals_call(rng):
+@pytest.mark.parametrize("position", ["paper", "diagonal"])
+def test_local_p_attend_step_equals_call(position, rng):
     q = rng.normal(size=(B, T, D)).astype("float32")
     v = rng.normal(size=(B, S, D)).astype("float32")
     value_mask = np.array([[1] * 4 + [0] * 3, [1] * 7], bool)
-    layer = al.LocalAttention(window=2, mode="local-p")
+    layer = al.LocalAttention(window=2, mode="local-p", position=position)
     context, weights = layer(q, v, value_mask=value_mask, return_attention_scores=True)
     memory = layer.prepare_memory(v, value_mask=value_mask)
     for t in range(T):
-        c, w = layer.attend_step(q[:, t], memory)  # local-p ignores the index
+        c, w = layer.attend_step(q[:, t], memory, index=t)  # the diagonal's t; eq. 9 ignores it
         np.testing.assert_allclose(_np(w), _np(weights)[:, t], atol=1e-6)
         np.testing.assert_allclose(_np(c), _np(context)[:, t], atol=1e-5)
 
@@ -302,6 +347,17 @@ def test_implementation_config_round_trip():
     assert al.LocalAttention.from_config(config).implementation == "windowed"
     with pytest.raises(ValueError, match="implementation.*'sparse'.*windowed"):
         al.LocalAttention(window=3, implementation="sparse")
+
+
+def test_position_config_round_trip():
+    layer = al.LocalAttention(window=3)
+    config = layer.get_config()
+    assert config["position"] == "diagonal"
+    assert al.LocalAttention.from_config(config).get_config() == config
+    del config["position"]  # saved before the argument existed: eq. 9 as it was computed then
+    assert al.LocalAttention.from_config(config).position == "paper"
+    with pytest.raises(ValueError, match="position.*'middle'.*diagonal"):
+        al.LocalAttention(window=3, position="middle")
 
 
 def _intermediate_shapes(layer, q, v):
