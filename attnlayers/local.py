@@ -88,7 +88,8 @@ class LocalAttention(Attention):
 
     Call arguments:
         As ``Attention.call``, plus ``start_index`` (int or scalar tensor): the position of query 0, for
-        local-m and the diagonal local-p when decoding one step at a time. ``attend_step(query, memory, index)`` takes it as ``index``.
+        local-m and the diagonal local-p when decoding one step at a time. ``attend_step(query, memory, index)``
+        takes it as ``index``.
 
     Returns:
         context (B, T, Dv) (or (B, Dv) for a (B, Dq) query) and, if requested, weights (B, T, S) (or (B, S)).

@@ -104,11 +104,10 @@ def test_transformer_attention_maps_are_per_layer_head_distributions(task):
 # Learning
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", [m for m in MODELS if m != "bahdanau"])
 def test_tiny_models_learn_the_synthetic_task(task, name):
-    """Loss falls and token accuracy rises for every model; Bahdanau's attention also finds the gold alignment
-    (the bar after full training is >= 90%: examples/quickstart.py prints it, 0.99; a short run already puts
-    most of the mass on the right word)."""
+    """Loss falls and token accuracy rises for every model (Bahdanau's: tests/test_quickstart.py, whose model it
+    is, with its alignment); local-p's window also finds the gold alignment, across the swapped adjectives."""
     splits, tokenizers, train = task
     keras.utils.set_random_seed(3)
     model = tiny(name, tokenizers)
@@ -116,8 +115,8 @@ def test_tiny_models_learn_the_synthetic_task(task, name):
         model.compile_for_translation(learning_rate=5e-3)
     else:
         model.compile_for_translation(1e-2)
-    before = evaluate.alignment_accuracy(model, tokenizers, splits.test) if name == "bahdanau" else None
-    history = model.fit(train, epochs=5 if name == "bahdanau" else 3, verbose=0).history
+    before = evaluate.alignment_accuracy(model, tokenizers, splits.test) if name == "local" else None
+    history = model.fit(train, epochs=3, verbose=0).history
     # Epoch-mean loss falls steadily and token accuracy rises (chance is ~1/100).
     assert history["loss"][2] < history["loss"][1] < history["loss"][0], history["loss"]
     assert history["loss"][2] < 0.92 * history["loss"][0], history["loss"]
@@ -125,7 +124,7 @@ def test_tiny_models_learn_the_synthetic_task(task, name):
     texts = evaluate.translate(model, tokenizers, list(splits.test.source[:4]), max_source_length=LENGTH,
                                max_length=LENGTH, strategy=BeamSearch(2))
     assert len(texts) == 4 and all(isinstance(t, str) and t for t in texts)
-    if name == "bahdanau":
+    if name == "local":
         after = evaluate.alignment_accuracy(model, tokenizers, splits.test)
         assert after > 0.7 and after > before + 0.3, (before, after)
 
