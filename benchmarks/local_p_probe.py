@@ -15,8 +15,7 @@ and candidates measured on the way, swapped in for ``LocalAttention.aligned_posi
 
 - ``diagonal-unscaled``: the diagonal prior without the 1/sqrt(u);
 - ``offset``: a bounded offset from the diagonal, clip(t + 2D tanh(g_t), 0, L);
-- ``scaled``: eq. 9 with the gate divided by sqrt(u), without the prior;
-- ``monotonic``: p_t = min(t, L) (local-m's centre with local-p's Gaussian; W_p, v_p unused).
+- ``scaled``: eq. 9 with the gate divided by sqrt(u), without the prior.
 
 ``--model luong`` trains global attention instead (``--position`` unused): the reference at equal steps.
 
@@ -72,13 +71,8 @@ def scaled(layer, query, value_mask, source_length, start_index=0):
     return last * ops.sigmoid(gate / math.sqrt(layer.position_v.shape[0]))
 
 
-def monotonic(layer, query, value_mask, source_length, start_index=0):
-    last, _ = _last_and_gate(layer, query, value_mask, source_length)
-    return ops.minimum(_target_positions(query, start_index), last)
-
-
 LAYER_POSITIONS = ("paper", "diagonal")
-CANDIDATES = {"diagonal-unscaled": diagonal_unscaled, "offset": offset, "scaled": scaled, "monotonic": monotonic}
+CANDIDATES = {"diagonal-unscaled": diagonal_unscaled, "offset": offset, "scaled": scaled}
 
 
 class Probe(keras.callbacks.Callback):
