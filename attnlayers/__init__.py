@@ -1,13 +1,23 @@
 """attnlayers: attention layers for Keras 3.
 
 Every classic scoring function; soft, local and hard attention; attention pooling; attention RNN decoders
-(Bahdanau, Luong); multi-head attention with GQA, caches and position hooks; memory-efficient exact attention
-and long-sequence variants (Linformer, BigBird); positional encodings; token embeddings; Transformer blocks;
-and the mask algebra they share. All math is in ``keras.ops``, so the layers
+(Bahdanau, Luong); multi-head attention with GQA, key/value caches (``kv_cache``) and position hooks;
+memory-efficient exact attention and long-sequence variants (Linformer, BigBird); positional encodings; token
+embeddings; Transformer blocks; and the mask algebra they share. All math is in ``keras.ops``, so the layers
 run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import decoding, distribution, masking, normalization, positional, scoring, validation, visualize
+from attnlayers import (
+    decoding,
+    distribution,
+    kv_cache,
+    masking,
+    normalization,
+    positional,
+    scoring,
+    validation,
+    visualize,
+)
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.bigbird import BigBirdAttention, bigbird_mask, bigbird_pattern
 from attnlayers.chunked import chunked_attention

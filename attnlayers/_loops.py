@@ -2,8 +2,6 @@
 
 - :func:`scan` is ``keras.ops.scan`` whose gradient also compiles with XLA under TensorFlow.
 - :class:`LoopVariables` carries the variables a loop body assigns (random seeds) through a JAX scan.
-- :func:`updates_in_place` tells whether a tensor is being compiled by XLA (where updating one position of a
-  loop's buffer is in place), to choose between two exact ways of writing a key / value cache.
 
 Private: the layers use them; nothing here is public API.
 """
@@ -47,28 +45,6 @@ def scan(body, carry, xs, length):
         maximum_iterations=length,
     )
     return carry, buffers
-
-
-def updates_in_place(x):
-    """Whether ``x`` belongs to a computation XLA compiles: a JAX tracer (``jax.jit``), or a TensorFlow graph
-    under ``tf.function(jit_compile=True)``. There, writing one position of a buffer (``scatter_update``,
-    ``slice_update``) is in place; elsewhere (TensorFlow graphs and eager execution, PyTorch) each write
-    copies the whole buffer.
-    """
-    if _BACKEND == "jax":
-        import jax
-
-        return isinstance(x, jax.core.Tracer)
-    if _BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        try:
-            from tensorflow.python.ops import control_flow_util  # TensorFlow's own test for XLA tracing
-        except ImportError:  # pragma: no cover - a TensorFlow without it: assume copies
-            return False
-        graph = tf.compat.v1.get_default_graph()
-        return not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(graph)
-    return False
 
 
 class LoopVariables:

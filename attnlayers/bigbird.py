@@ -156,6 +156,9 @@ class BigBirdAttention(MultiHeadAttention):
         reject_arguments("BigBirdAttention", kwargs, ("flash_attention", "memory_efficient"),
                          "MultiHeadAttention's dense memory-efficient path is not used, its block-sparse attention "
                          "is already O(T (g + 3 + r) b)", flags=True)
+        if kwargs.get("implementation", "auto") not in ("auto", "exact"):
+            raise ValueError(f"BigBirdAttention computes its own attention: `implementation` must be 'auto' or 'exact'; "
+                             f"received implementation={kwargs['implementation']!r}.")
         super().__init__(num_heads, key_dim, **kwargs)
         if self._fused_scale is None:
             raise ValueError(

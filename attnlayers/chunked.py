@@ -37,7 +37,6 @@ from attnlayers import masking
 from attnlayers.validation import format_shape, is_int, positive_int, rate_in_unit_interval
 
 _BACKEND = keras.backend.backend()
-_REDUCED_PRECISION = ("float16", "bfloat16")
 
 #: Default block sizes: a (B, N, 512, 512) float32 block is 1 MiB per batch row and head.
 DEFAULT_QUERY_CHUNK = 512
@@ -583,9 +582,9 @@ def chunked_attention(
     Float16 / bfloat16 inputs are computed in float32 block by block (the softmax statistics m, l, L and the
     accumulators); the output has the query's dtype.
 
-    Under the JAX backend on a GPU, calls without dropout or masks other than a causal rule with T == S go to
-    ``keras.ops.dot_product_attention(..., flash_attention=True)`` (cuDNN). That branch is untested here (no GPU):
-    it cannot be taken on a CPU.
+    The blocks are computed in keras ops on every backend; the backend's own fused kernel (cuDNN under JAX) is
+    :func:`attnlayers.fused.fused_attention`, which ``MultiHeadAttention(implementation="auto")`` prefers where
+    it exists.
 
     Args:
         query: (B, T, N, H). key: (B, S, N_kv, H). value: (B, S, N_kv, Hv); N a multiple of N_kv.
@@ -611,10 +610,6 @@ def chunked_attention(
     rate = rate_in_unit_interval(dropout_rate, "dropout_rate")
     window = positive_int(window, "window", allow_none=True)
     scale = float(1.0 / query.shape[-1] ** 0.5 if scale is None else scale)
-    fused = _fused_jax_gpu(query, key, value, bias, query_mask, key_mask, attention_mask, causal, offset, window,
-                           scale, rate)
-    if fused is not None:
-        return fused
     if rate > 0 and seed is None:
         raise ValueError("`seed` is required with dropout (dropout_rate > 0); received seed=None.")
     seed = seed_tensor(seed) if rate > 0 else None
@@ -709,37 +704,6 @@ def _jitted_call():
 
         _JITTED.append(jax.jit(_call, static_argnums=0))
     return _JITTED[0]
-
-
-def _fused_jax_gpu(query, key, value, bias, query_mask, key_mask, attention_mask, causal, offset, window, scale,
-                   rate):
-    """``keras.ops.dot_product_attention(flash_attention=True)`` for calls its cuDNN kernel computes exactly as
-    :func:`chunked_attention` (JAX backend, GPU, half precision, no dropout, no padding / explicit mask / window,
-    causal only with T == S and the default offset: no row can be fully masked). None otherwise.
-
-    Untested here: there is no GPU in this project's test machines.
-    """
-    if _BACKEND != "jax" or rate > 0 or window is not None:
-        return None
-    if any(x is not None for x in (query_mask, key_mask, attention_mask)):
-        return None
-    import jax
-
-    if jax.devices()[0].platform != "gpu":
-        return None
-    if backend.standardize_dtype(query.dtype) not in _REDUCED_PRECISION:
-        return None
-    t, s = query.shape[1], key.shape[1]
-    # The default offset S - T (MultiHeadAttention passes it explicitly); causal only with T == S.
-    if offset is not None and not (is_int(offset) and is_int(t) and is_int(s) and offset == s - t):
-        return None
-    if causal and t != s:
-        return None
-    try:
-        return ops.dot_product_attention(query, key, value, bias=bias, scale=scale, is_causal=bool(causal),
-                                         flash_attention=True)
-    except (ValueError, RuntimeError, NotImplementedError):  # the kernel refuses these shapes: blocks
-        return None
 
 
 def visible_queries(query_length, key_length, *, query_mask=None, key_mask=None, attention_mask=None,

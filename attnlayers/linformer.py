@@ -125,6 +125,9 @@ class LinformerAttention(MultiHeadAttention):
         reject_arguments("LinformerAttention", kwargs, ("flash_attention", "memory_efficient"),
                          "MultiHeadAttention's dense memory-efficient path is not used, its attention over the k "
                          "projected positions is already O(T k)", flags=True)
+        if kwargs.get("implementation", "auto") not in ("auto", "exact"):
+            raise ValueError(f"LinformerAttention computes its own attention: `implementation` must be 'auto' or 'exact'; "
+                             f"received implementation={kwargs['implementation']!r}.")
         super().__init__(num_heads, key_dim, **kwargs)
         self._projected_length = positive_int(projected_length, "projected_length")
         self._max_length = positive_int(max_length, "max_length")

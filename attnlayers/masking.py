@@ -182,6 +182,23 @@ def sliding_window_mask(query_length, key_length=None, window=1, offset=None, ca
     return ops.abs(distance) <= window
 
 
+def keras_window_mask(query_length, key_length=None, window=1, offset=None):
+    """keras' sliding window: query i may attend key j iff |i + offset - j| < ``window`` (``window`` - 1 keys on
+    each side and its own; window 1: its own position only). ``keras.layers.MultiHeadAttention(sliding_window=)``.
+
+    Args:
+        query_length, key_length, offset: as in :func:`causal_mask`.
+        window: positive int W.
+
+    Returns:
+        (T, S) boolean mask.
+    """
+    window = positive_int(window, "window")
+    key_length = query_length if key_length is None else key_length
+    i, j = _positions(query_length, key_length, offset)
+    return ops.abs(i - j) < window
+
+
 def masked_softmax(logits, mask=None, axis=-1):
     """Softmax over ``axis`` that honours a boolean mask and the fully-masked rule.
 

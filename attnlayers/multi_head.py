@@ -14,9 +14,9 @@ import math
 import string
 
 import keras
-from keras import ops
+from keras import backend, ops
 
-from attnlayers import chunked, masking
+from attnlayers import chunked, fused, kv_cache, masking
 from attnlayers.scoring import DotScore, ScaledDotScore, get_score, serialize_score
 from attnlayers.validation import (
     check_feature_size,
@@ -62,7 +62,7 @@ def _length(x):
     return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
 
-# Automatic choice of the memory-efficient (chunked) path, memory_efficient=None: taken when the query length T
+# Automatic choice of the memory-efficient (chunked) route, implementation="auto": taken when the query length T
 # is at least MEMORY_EFFICIENT_MIN_LENGTH (T and S static). On a 2-core CPU (TensorFlow, B=1, N=8, H=64,
 # forward + backward; benchmarks/bench_long.py and benchmarks/README.md) the plain path is faster wherever it fits
 # (oneDNN's large matmuls beat the blocked loops), so the chunked one is chosen for memory: from T = 4096 the
@@ -70,49 +70,33 @@ def _length(x):
 # while the chunked path stays near 1 GiB. With a sliding window the chunked path visits only the band's blocks.
 MEMORY_EFFICIENT_MIN_LENGTH = 4096
 
-# The most branches of a single-query step's switch over cache prefixes (see _prefix_lengths).
-_PREFIX_BRANCHES = 8
-_MIN_PREFIX_BLOCK = 16
+
+#: The values of ``MultiHeadAttention(implementation=...)``.
+IMPLEMENTATIONS = ("auto", "exact", "chunked", "fused")
 
 
-def _prefix_lengths(max_length):
-    """The static cache prefix lengths a single-query step chooses from: up to 8 nearly equal steps ending at
-    ``max_length``, each at least 16 positions (one length for short caches).
-
-    A step at cache position i reads the shortest prefix holding the positions it attends (0 .. i), so its cost
-    grows with i rather than with ``max_length`` (at most ``max_length / 8`` positions are read in vain).
-    """
-    count = max(1, min(_PREFIX_BRANCHES, max_length // _MIN_PREFIX_BLOCK))
-    return tuple(sorted({-(-max_length * (k + 1) // count) for k in range(count)}))
-
-
-def _write_cache_position(cache, entries, index, layer=None):
-    """Writes one position of a key/value cache: ``cache[..., index, :, :] = entries``.
-
-    A scatter of the B x ... x 2 new vectors, O(1) in the cache length where the backend updates in place
-    (XLA inside a loop, JAX), and differentiable on TensorFlow and JAX (TensorFlow has no gradient for
-    ``slice_update``'s dynamic update slice).
-
-    Args:
-        cache: (..., S_max, N_kv, H): a cache (B, 2, S_max, N_kv, H) or a decoder stack's
-            (B, layers, 2, S_max, N_kv, H).
-        entries: (..., N_kv, H), the keys and values of position ``index`` (the cache's shape without S_max);
-            with ``layer``, (B, 2, N_kv, H).
-        index: scalar int (tensor), the position written.
-        layer: None, or the one layer of a stacked cache to write.
-
-    Returns:
-        The updated cache (same shape and dtype).
-    """
-    leading = ops.shape(cache)[:-3]
-    ranges = [ops.arange(size, dtype="int32") for size in leading]
-    if layer is not None:  # one layer of a stacked cache (B, layers, 2, ...): entries (B, 2, N_kv, H)
-        ranges[1] = ops.convert_to_tensor([layer], "int32")
-    grids = ops.meshgrid(*ranges, indexing="ij")
-    rows = ops.reshape(ops.stack(grids, axis=-1), (-1, len(leading)))  # every (b, [layer,] k/v) row
-    position = ops.full((ops.shape(rows)[0], 1), ops.cast(index, "int32"), dtype="int32")
-    updates = ops.reshape(ops.cast(entries, cache.dtype), (-1,) + tuple(ops.shape(cache)[-2:]))
-    return ops.scatter_update(cache, ops.concatenate([rows, position], axis=1), updates)
+def _resolve_implementation(implementation, flash_attention=None, memory_efficient=None):
+    """``implementation`` with its aliases applied: keras' ``flash_attention`` (True: "fused" where the backend has
+    a fused kernel, JAX; "chunked", FlashAttention's algorithm in keras ops, elsewhere; False: "exact") and the
+    older ``memory_efficient`` (True: "chunked", False: "exact"). Conflicting settings raise."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"`implementation` must be one of {IMPLEMENTATIONS}; received implementation={implementation!r}.")
+    if flash_attention not in (None, True, False) or memory_efficient not in (None, True, False):
+        raise ValueError(
+            f"`flash_attention` and `memory_efficient` must be None, True or False; received "
+            f"flash_attention={flash_attention!r}, memory_efficient={memory_efficient!r}."
+        )
+    flash = "fused" if keras.backend.backend() == "jax" and fused.platform() != "tpu" else "chunked"
+    settings = [("implementation", implementation)] if implementation != "auto" else []
+    if flash_attention is not None:
+        settings.append(("flash_attention", flash if flash_attention else "exact"))
+    if memory_efficient is not None:
+        settings.append(("memory_efficient", "chunked" if memory_efficient else "exact"))
+    if len({route for _, route in settings}) > 1:
+        received = ", ".join(f"{name} selects {route!r}" for name, route in settings)
+        raise ValueError(f"`flash_attention`, `memory_efficient` and `implementation` disagree: {received}; "
+                         "pass `implementation` alone.")
+    return settings[0][1] if settings else "auto"
 
 
 def _deserialize_layer(layer, name):
@@ -180,11 +164,10 @@ class MultiHeadAttention(keras.layers.Layer):
         sliding_window: None or a positive int W: query t attends keys within W - 1 positions of its own
             (keras' semantics; combine with ``use_causal_mask`` for a causal sliding window).
         use_gate: gated attention as in keras (a sigmoid gate from the query multiplies the heads).
-        flash_attention: keras' switch for its fused kernels; here True selects the memory-efficient path
-            (``memory_efficient=True``, the same algorithm), refusing what keras refuses with it
-            (``return_attention_scores``) and what the path cannot compute (a cache, other scores, a
-            ``position_bias`` hook); unlike keras it accepts ``dropout``. None / False: ``memory_efficient``
-            decides. keras' global ``keras.config.enable_flash_attention()`` is not read.
+        flash_attention: keras' switch, an alias of ``implementation``: True is "fused" under JAX (GPU, CPU) and
+            "chunked" under TensorFlow (no fused kernel there; the same algorithm in keras ops); False is
+            "exact"; None leaves ``implementation`` to decide. keras' global ``enable_flash_attention()`` is
+            not read.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer, activity_regularizer,
             kernel_constraint, bias_constraint: of the projections, as in keras.
         seed: seed of the dropout.
@@ -195,14 +178,26 @@ class MultiHeadAttention(keras.layers.Layer):
             ``RotaryEmbedding()``.
         position_bias: a layer called as ``bias(query, key, start_index=...)`` on the (B, T, N, H) queries
             and (B, S, N_kv, H) keys, returning a (1 or B, N, T, S) bias added to the logits before masking.
-        memory_efficient: None (automatic), True or False: whether attention runs in blocks with the online
-            softmax (:func:`attnlayers.chunked.chunked_attention`, FlashAttention's algorithm in keras ops):
-            exact, memory O(T * chunk) instead of the (B, N, T, S) logits, forward and backward, and a sliding
-            window costs O(T * W). It needs a dot / scaled-dot score, no ``position_bias``, no returned scores, no
-            cache and none of the attention override points overridden. True: always (a ValueError names what
-            prevents it); False: never; None: when it applies and T >= ``MEMORY_EFFICIENT_MIN_LENGTH`` (4096;
-            static lengths; never at T <= 512), with or without a sliding window. Its
-            dropout draws a different (equally distributed) mask than the plain path's Dropout layer.
+        implementation: how attention is computed (every route computes the same function, masks included, and
+            gives a query that sees no key an output of 0):
+            - "exact": the (B, N, T, S) logits and weights, softmax in float32 under mixed precision; the only
+              route for returned scores, caches, other scores and the override points.
+            - "chunked": queries and keys in blocks with the online softmax
+              (:func:`attnlayers.chunked.chunked_attention`, FlashAttention's algorithm in keras ops, every
+              backend): memory O(T * chunk) forward and backward; a sliding window costs O(T * W). Needs a dot /
+              scaled-dot score and no ``position_bias`` hook; its dropout draws a different (equally distributed)
+              mask than the exact path's Dropout layer.
+            - "fused": the backend's attention kernel (:mod:`attnlayers.fused`): under JAX
+              ``jax.nn.dot_product_attention``, cuDNN's flash attention on a GPU for float16 / bfloat16 heads of
+              <= 128 (a multiple of 8), its XLA implementation elsewhere; causal and padding masks (any pattern),
+              explicit masks, windows, biases, GQA and cross-attention. No attention dropout in training.
+              TensorFlow has no such kernel (a ValueError says so).
+            - "auto" (default): "fused" where cuDNN takes the call (JAX, GPU, half precision, no active dropout),
+              else "chunked" from T >= ``MEMORY_EFFICIENT_MIN_LENGTH`` (4096, static lengths), else "exact".
+            :meth:`attention_implementation` tells which route a call takes. A route named explicitly that
+            cannot compute a call raises a ValueError saying why. A call with a ``cache`` (decoding) always
+            attends over its cache exactly, whatever the route.
+        memory_efficient: the older alias: True is "chunked", False "exact" (kept so that saved configs load).
 
     Call arguments:
         query: (B, T, D_q).
@@ -264,6 +259,7 @@ class MultiHeadAttention(keras.layers.Layer):
         num_key_value_heads=None,
         rotary=None,
         position_bias=None,
+        implementation="auto",
         memory_efficient=None,
         **kwargs,
     ):
@@ -307,18 +303,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self._attention_axes = attention_axes
         self._sliding_window = positive_int(sliding_window, "sliding_window", allow_none=True)
         self._use_gate = bool(use_gate)
-        if flash_attention not in (None, True, False) or memory_efficient not in (None, True, False):
-            raise ValueError(
-                f"`flash_attention` and `memory_efficient` must be None, True or False; received "
-                f"flash_attention={flash_attention!r}, memory_efficient={memory_efficient!r}."
-            )
-        if flash_attention and memory_efficient is False:
-            raise ValueError(
-                "`flash_attention=True` selects the memory-efficient path; received flash_attention=True with "
-                "memory_efficient=False, expected memory_efficient None or True."
-            )
+        self._implementation = _resolve_implementation(implementation, flash_attention, memory_efficient)
         self._flash_attention = flash_attention
-        self._memory_efficient = True if flash_attention else memory_efficient
         self._kernel_initializer = keras.initializers.get(kernel_initializer)
         self._bias_initializer = keras.initializers.get(bias_initializer)
         self._kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -553,13 +539,16 @@ class MultiHeadAttention(keras.layers.Layer):
         # Query t sits at absolute position start + t: the cache index, or S - T (the last T positions).
         start = cache_update_index if cache_update_index is not None else _length(k) - _length(q)
         q = self._rotate(q, start)
-        if self._use_memory_efficient(q, k, return_attention_scores, cache):
-            heads, mask = self._memory_efficient_attention(
-                q, k, v, (query_mask, value_mask, key_mask, attention_mask), use_causal_mask, start, training,
-                attention_bias,
-            )
-            scores = None
-        else:
+        route = self._route(q, k, return_attention_scores, cache, training)
+        masks = (query_mask, value_mask, key_mask, attention_mask)
+        heads = None
+        if route == "fused":
+            heads, mask = self._fused_attention(q, k, v, masks, use_causal_mask, start, attention_bias)
+        elif route == "chunked":
+            heads, mask = self._memory_efficient_attention(q, k, v, masks, use_causal_mask, start, training,
+                                                           attention_bias)
+        scores = None
+        if heads is None:  # the exact path (or the fused route's fallback where cuDNN refused the call)
             mask = self._compute_attention_mask(
                 q, k, query_mask, value_mask, key_mask, attention_mask, use_causal_mask,
                 start_index=start, cache_mask=cache_mask, cached=cache is not None,
@@ -574,13 +563,61 @@ class MultiHeadAttention(keras.layers.Layer):
         return AttentionOutputs(output, scores, cache).pack(return_attention_scores)
 
     # ------------------------------------------------------------------------------------------------
-    # The memory-efficient path
+    # The route: exact, chunked (memory-efficient) or fused
 
     #: (query, key) rows per block of the memory-efficient path (see attnlayers.chunked).
     _chunk_sizes = (chunked.DEFAULT_QUERY_CHUNK, chunked.DEFAULT_KEY_CHUNK)
 
-    def _memory_efficient_refusal(self, return_attention_scores, cache):
-        """Why the memory-efficient path cannot compute this call (a sentence), or None when it can."""
+    @property
+    def implementation(self):
+        """The ``implementation`` option: "auto", "exact", "chunked" or "fused"."""
+        return self._implementation
+
+    def attention_implementation(self, query_length, key_length, *, dtype=None, return_attention_scores=False,
+                                 cached=False, training=False):
+        """The route a call takes: "exact", "chunked" or "fused" (see ``implementation``), e.g.
+        ``layer.attention_implementation(1024, 1024, dtype="bfloat16", training=True)``.
+
+        Args:
+            query_length, key_length: T and S (None when not static).
+            dtype: the compute dtype of the call (default: the layer's).
+            return_attention_scores, cached, training: as the call's arguments (``cached``: a cache is passed).
+
+        Returns:
+            The route's name. Raises a ValueError where ``implementation`` names a route that cannot compute such
+            a call (the message says why).
+        """
+        return self._choose_route(query_length, key_length, dtype or self.compute_dtype, return_attention_scores,
+                                  cached, training)
+
+    def _route(self, query, key, return_attention_scores, cache, training):
+        return self._choose_route(query.shape[1], key.shape[1], query.dtype, return_attention_scores,
+                                  cache is not None, training)
+
+    def _choose_route(self, query_length, key_length, dtype, return_attention_scores, cached, training):
+        if self._implementation == "exact" or cached:  # a cached call (decoding) attends over its cache exactly
+            return "exact"
+        blocked = self._route_refusal(return_attention_scores)
+        refusals = {
+            "chunked": blocked or self._chunked_refusal(),
+            "fused": blocked or self._fused_refusal(dtype, training, explicit=self._implementation == "fused"),
+        }
+        if self._implementation != "auto":
+            refusal = refusals[self._implementation]
+            if refusal is not None:
+                option = (f"flash_attention={self._flash_attention}" if self._flash_attention
+                          else f"implementation={self._implementation!r}")
+                raise ValueError(f"`{option}`: the {self._implementation} route cannot compute this call: {refusal}.")
+            return self._implementation
+        if refusals["fused"] is None:  # auto: only where the backend's kernel is the fast one (cuDNN)
+            return "fused"
+        if refusals["chunked"] is None and query_length is not None and key_length is not None \
+                and query_length >= MEMORY_EFFICIENT_MIN_LENGTH:
+            return "chunked"
+        return "exact"
+
+    def _route_refusal(self, return_attention_scores):
+        """Why neither the chunked nor the fused route can compute a call (a sentence), or None."""
         base = MultiHeadAttention
         overridden = [
             name for name in ("_compute_attention", "_compute_logits", "_combine", "_compute_attention_mask")
@@ -588,31 +625,58 @@ class MultiHeadAttention(keras.layers.Layer):
         ]
         if self._fused_scale is None:
             return f"it needs a dot or scaled-dot score; this layer's score is {self._score_identifier!r}"
-        if self._hooks.position_bias is not None:
-            return (f"it does not compute the position_bias hook ({type(self._hooks.position_bias).__name__}); "
-                    "pass the bias as `attention_bias` instead")
         if return_attention_scores:
             return "it never forms the attention weights; received return_attention_scores=True"
-        if cache is not None:
-            return "cached decoding uses the plain path; received a `cache`"
         if overridden:
             return f"{type(self).__name__} overrides {', '.join(overridden)}"
         return None
 
-    def _use_memory_efficient(self, query, key, return_attention_scores, cache):
-        """Whether this call takes the memory-efficient path (see ``memory_efficient``)."""
-        if self._memory_efficient is False:
-            return False
-        refusal = self._memory_efficient_refusal(return_attention_scores, cache)
-        if self._memory_efficient:
-            if refusal is not None:
-                option = "flash_attention" if self._flash_attention else "memory_efficient"
-                raise ValueError(f"`{option}=True`: the memory-efficient path cannot compute this call: {refusal}.")
-            return True
-        query_length, key_length = query.shape[1], key.shape[1]
-        if refusal is not None or query_length is None or key_length is None:
-            return False
-        return query_length >= MEMORY_EFFICIENT_MIN_LENGTH
+    def _chunked_refusal(self):
+        if self._hooks.position_bias is not None:
+            return (f"it does not compute the position_bias hook ({type(self._hooks.position_bias).__name__}); "
+                    "pass the bias as `attention_bias` instead")
+        return None
+
+    def _fused_refusal(self, dtype, training, explicit):
+        if self._dropout_layer is not None and training:
+            return f"the fused kernel has no attention dropout; this layer has dropout={self._dropout} in training"
+        found = fused.kernel(dtype, self._key_dim, self._value_dim, explicit=explicit)
+        if found is None:
+            backend_name = keras.backend.backend()
+            if self._value_dim != self._key_dim:
+                return f"the fused kernel needs value_dim == key_dim; received {self._value_dim} and {self._key_dim}"
+            if explicit:
+                return (f"the {backend_name} backend has no fused attention kernel here (keras.ops."
+                        "dot_product_attention(flash_attention=True) has none either); implementation='chunked' "
+                        "computes the same function in blocks")
+            return f"no cuDNN kernel for {backend.standardize_dtype(dtype)} heads of {self._key_dim} here"
+        return None
+
+    def _fused_attention(self, query, key, value, masks, use_causal_mask, start, attention_bias):
+        """softmax(Q K^T / sqrt(d_k) + bias) V (eq. 1) through the backend's kernel (:mod:`attnlayers.fused`).
+
+        Returns:
+            ``(heads, visible)`` as :meth:`_memory_efficient_attention`; ``(None, None)`` when "auto" chose cuDNN
+            and cuDNN refused the call while it was traced (the exact path then computes it).
+        """
+        query_mask, key_padding, attention_mask = self._mask_pieces(query, key, *masks)
+        bias = self._compute_attention_bias(query, key, start, attention_bias)
+        structure = dict(query_mask=query_mask, key_mask=key_padding, attention_mask=attention_mask,
+                         causal=bool(use_causal_mask), offset=start, window=self._sliding_window)
+        explicit = self._implementation == "fused"
+        kernel = fused.kernel(query.dtype, self._key_dim, self._value_dim, explicit=explicit)
+        try:
+            heads = fused.fused_attention(query, key, value, bias, scale=self._fused_scale, implementation=kernel,
+                                          **structure)
+        except fused.REFUSALS:
+            if kernel != "cudnn":
+                raise
+            if not explicit:
+                return None, None
+            heads = fused.fused_attention(query, key, value, bias, scale=self._fused_scale, implementation="xla",
+                                          **structure)
+        visible = chunked.visible_queries(_length(query), _length(key), **structure)
+        return heads, None if visible is None else ops.expand_dims(visible, -1)
 
     def _memory_efficient_attention(self, query, key, value, masks, use_causal_mask, start, training,
                                     attention_bias):
@@ -641,9 +705,11 @@ class MultiHeadAttention(keras.layers.Layer):
         side by side, x [W^Q | W^K | W^V] (+ [b^Q | b^K | b^V]): (B, T, D) x (D, N + 2 N_kv, H) ->
         (B, T, N + 2 N_kv, H), split along the heads. The products of the three projections, as one larger
         matmul forward and backward instead of three. None (use the three layers) for other calls, or when a
-        projection does more than x W + b (LoRA, quantization, an activity regularizer, an overridden call)."""
+        projection does more than x W + b (LoRA, quantization, an activity regularizer, an overridden call), and
+        outside XLA: in a TensorFlow graph (what ``fit`` runs on a CPU) the concatenation and split cost more than
+        the one larger matmul saves (benchmarks/README.md, "Fused QKV projection")."""
         layers = (self._query_dense, self._key_dense, self._value_dense)
-        if not (query is value and key is value) or self._key_dim != self._value_dim:
+        if not (query is value and key is value) or self._key_dim != self._value_dim or not fused.compiled_by_xla():
             return None
         if self._activity_regularizer is not None or any(
             type(layer) is not keras.layers.EinsumDense or getattr(layer, "lora_enabled", False)
@@ -667,11 +733,15 @@ class MultiHeadAttention(keras.layers.Layer):
     # ------------------------------------------------------------------------------------------------
     # One cached query: the decoding step
 
-    def _supports_single_step(self):
-        """Whether :meth:`_single_step` computes this layer's cached self-attention: a dot or scaled-dot score
+    def supports_single_step(self):
+        """Whether :meth:`single_step` computes this layer's cached self-attention: a dot or scaled-dot score
         (the fused path), no ``position_bias``, key_dim == value_dim (a cache), and none of the override points
         (``_compute_attention``, ``_compute_logits``, ``_combine``, ``_compute_attention_mask``, ``_update_cache``)
-        overridden."""
+        overridden.
+
+        Returns:
+            A Python bool.
+        """
         base = MultiHeadAttention
         overridden = any(
             getattr(type(self), name) is not getattr(base, name)
@@ -683,35 +753,40 @@ class MultiHeadAttention(keras.layers.Layer):
             and self._key_dim == self._value_dim and not overridden
         )
 
-    def _single_step(self, query, cache, cache_update_index, layer=None, write=True):
+    def single_step(self, query, cache, cache_update_index, layer=None, write=True):
         """Cached self-attention of one new position: what ``self(query, query, cache=cache,
         cache_update_index=i, use_causal_mask=True)`` computes for a (B, 1, D) query (outside training with
         dropout), at a cost that grows with i rather than with the cache length S_max.
 
-        The query at position i attends the cache positions s <= i (eq. 1), reading only the shortest of the
-        static prefixes of :func:`_prefix_lengths` that holds them, with elementwise products reduced over the
-        head size and the positions (one query: no transpose of the cache for a batched matmul).
+        The query, key and value are projections of ``query`` (rotated at position i); the query attends the
+        cache positions s <= i (eq. 1) through :func:`attnlayers.kv_cache.attend_one`, which reads only the
+        shortest static cache prefix holding them. Requires :meth:`supports_single_step`.
 
         Args:
-            query: (B, 1, D), the step's input: the queries, keys and values are its projections.
-            cache: (B, 2, S_max, N_kv, H); or, with ``layer``, the caches of a decoder stack
+            query: (B, 1, D), the step's input.
+            cache: (B, 2, S_max, N_kv, H), S_max static; or, with ``layer``, the caches of a decoder stack
                 (B, layers, 2, S_max, N_kv, H), of which ``layer`` is read (and written). Positions > i may hold
                 anything.
-            cache_update_index: scalar int (tensor), i.
-            layer: None, or the layer of a stacked ``cache``.
-            write: True: the new key and value are written at position i first (:func:`_write_cache_position`)
-                and read back with the prefix: best where the backend updates in place (XLA), since the reads
-                then follow the write. False: the cache is not written; the new key is attended beside the
-                positions s < i and returned for the caller to write (one write for every layer of a stack,
-                where each write copies the cache).
+            cache_update_index: int or scalar int tensor, i.
+            layer: None, or the layer (int) of a stacked ``cache``.
+            write: True: the new key and value are written at position i first
+                (:func:`attnlayers.kv_cache.write_position`) and read back with the prefix: best where the backend
+                updates in place (XLA, :func:`attnlayers.kv_cache.updates_in_place`). False: the cache is not
+                written; the new key is attended beside the positions s < i and returned for the caller to write
+                (one write for every layer of a stack, where each write copies the cache).
 
         Returns:
             ``(output, cache)`` with ``write``, else ``(output, entry)``: the attention output (B, 1, D) (or
-            (B, 1) + ``output_shape``), the written cache, or the key and value of position i (B, 2, N_kv, H).
+            (B, 1) + ``output_shape``), the written cache (the input's shape and dtype), or the key and value of
+            position i (B, 2, N_kv, H).
+
+        Example:
+        >>> cache = ops.zeros((B, 2, max_length, N_kv, H))
+        >>> y, cache = attention.single_step(x_t, cache, t)              # (B, 1, D)
         """
-        if not self._supports_single_step():
+        if not self.supports_single_step():
             raise ValueError(
-                "`_single_step` needs a dot or scaled-dot score, no position_bias, key_dim == value_dim and none of "
+                "`single_step` needs a dot or scaled-dot score, no position_bias, key_dim == value_dim and none of "
                 f"the attention override points overridden; received a {type(self).__name__} with score "
                 f"{self._score_identifier!r}, position_bias {type(self._hooks.position_bias).__name__}, "
                 f"key_dim={self._key_dim}, value_dim={self._value_dim}."
@@ -724,82 +799,21 @@ class MultiHeadAttention(keras.layers.Layer):
         k = self._rotate(self._key_dense(query), index)  # (B, 1, N_kv, H)
         v = self._value_dense(query)
         entry = ops.stack((k[:, 0], v[:, 0]), axis=1)  # (B, 2, N_kv, H)
+        heads_of = dict(num_heads=self._num_heads, num_key_value_heads=self.num_key_value_heads,
+                        scale=self._fused_scale, sliding_window=self._sliding_window, layer=layer)
         if write:
-            cache = _write_cache_position(cache, entry, index, layer)
-            heads = self._attend_cache(q, cache, index, layer)
+            cache = kv_cache.write_position(cache, entry, index, layer)
+            heads = kv_cache.attend_one(q, cache, index, **heads_of)
         else:
-            heads = self._attend_cache(q, cache, index, layer, new=(k, v))
+            heads = kv_cache.attend_one(q, cache, index, new=(k, v), **heads_of)
         if self._use_gate:
             heads = heads * self._gate_dense(query)
         output = self._output_dense(heads)  # Concat(head_1, ..., head_N) W^O
         return output, (cache if write else entry)
 
-    def _attend_cache(self, query, cache, index, layer, new=None):
-        """softmax(q K^T / sqrt(d_k)) V (eq. 1) of one query over the cache positions it sees.
-
-        Args:
-            query: (B, 1, N, H), at position ``index`` (scalar int32 tensor).
-            cache, layer: as in :meth:`_single_step`.
-            new: None: the cache holds position ``index`` (read with positions < ``index``); or the (key,
-                value) of position ``index``, (B, 1, N_kv, H) each, attended beside the cache positions < ``index``.
-
-        Returns:
-            The heads (B, 1, N, H).
-        """
-        n, n_kv, h = self._num_heads, self.num_key_value_heads, self._key_dim
-        batch = ops.shape(query)[0]
-        # Query head n reads key / value head n // G (G = N / N_kv): queries (B, 1, N_kv, G, H).
-        q = ops.reshape(query * ops.cast(self._fused_scale, query.dtype), (batch, 1, n_kv, n // n_kv, h))
-
-        def logits_of(keys):  # (B, S, N_kv, H) -> (B, S, N_kv, G): q k_s / sqrt(d_k)
-            return ops.sum(q * ops.expand_dims(keys, 3), axis=-1)
-
-        def weighted_sum(weights, values):  # (B, S, N_kv, G), (B, S, N_kv, H) -> (B, 1, N_kv, G, H)
-            return ops.sum(ops.expand_dims(weights, -1) * ops.expand_dims(values, 3), axis=1, keepdims=True)
-
-        def attend(length):
-            def branch():
-                keys, values = self._cache_prefix(cache, layer, length)  # (B, length, N_kv, H)
-                logits, visible = logits_of(keys), self._visible_positions(length, index, new is None)
-                if new is not None:
-                    logits = ops.concatenate([logits, logits_of(new[0])], axis=1)
-                    visible = ops.concatenate([visible, ops.ones((1,), "bool")], axis=0)
-                visible = ops.reshape(visible, (1, -1, 1, 1))
-                weights = ops.cast(masking.masked_softmax(logits, visible, axis=1), query.dtype)
-                heads = weighted_sum(weights[:, :length], values)
-                if new is not None:
-                    heads = heads + weighted_sum(weights[:, length:], new[1])
-                return ops.reshape(heads, (batch, 1, n, h))
-
-            return branch
-
-        # The shortest prefix holding every position read: 0 .. index (or index - 1 beside a new key).
-        lengths = _prefix_lengths(cache.shape[-3])
-        read = index + 1 if new is None else index
-        if len(lengths) == 1:
-            return attend(lengths[0])()
-        branch = ops.sum(ops.cast(read > ops.convert_to_tensor(lengths[:-1], "int32"), "int32"))
-        return ops.switch(branch, [attend(length) for length in lengths])
-
-    def _cache_prefix(self, cache, layer, length):
-        """The keys and values of cache positions [0, length), (B, length, N_kv, H) each."""
-        if layer is None:
-            keys, values = cache[:, 0, :length], cache[:, 1, :length]
-        else:
-            keys, values = cache[:, layer, 0, :length], cache[:, layer, 1, :length]
-        return ops.cast(keys, self.compute_dtype), ops.cast(values, self.compute_dtype)
-
-    def _visible_positions(self, length, index, inclusive):
-        """(length,) booleans: the cache positions 0 .. length - 1 the query at ``index`` sees: those up to
-        its own (``inclusive``) or before it, within the sliding window if there is one."""
-        position = ops.arange(length, dtype="int32")
-        visible = position <= index if inclusive else position < index
-        if self._sliding_window is not None:  # keras' band: |i - j| < sliding_window
-            visible = ops.logical_and(visible, position > index - self._sliding_window)
-        return visible
-
     def _update_cache(self, cache, key, value, cache_update_index):
-        """Writes this call's keys and values into the cache at ``cache_update_index``.
+        """Writes this call's keys and values into the cache at ``cache_update_index``
+        (:func:`attnlayers.kv_cache.update`); the override point of the general cached path.
 
         Args:
             cache: (B, 2, S_max, N_kv, H) keys and values.
@@ -811,17 +825,7 @@ class MultiHeadAttention(keras.layers.Layer):
             position, the updated cache (B, 2, S_max, N_kv, H), and a (1, 1, S_max) mask of the positions
             written so far (the later ones hold no key yet).
         """
-        cache = ops.cast(cache, self.compute_dtype)
-        new_length = _length(key)
-        # Cache position s takes new entry s - index when 0 <= s - index < new_length. A gather and a select
-        # rather than slice_update: the same O(cache) cost as the stack below, and differentiable on every
-        # backend (TensorFlow has no gradient for XLA's dynamic update slice).
-        relative = ops.arange(ops.shape(cache)[2], dtype="int32") - ops.cast(cache_update_index, "int32")
-        is_new = ops.reshape(ops.logical_and(relative >= 0, relative < new_length), (1, -1, 1, 1))
-        source = ops.clip(relative, 0, new_length - 1)
-        key = ops.where(is_new, ops.take(key, source, axis=1), cache[:, 0])
-        value = ops.where(is_new, ops.take(value, source, axis=1), cache[:, 1])
-        return key, value, ops.stack((key, value), axis=1), ops.reshape(relative < new_length, (1, 1, -1))
+        return kv_cache.update(cache, key, value, cache_update_index, self.compute_dtype)
 
     def _compute_attention_mask(
         self,
@@ -891,13 +895,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _window_mask(self, query_length, key_length, start):
         """keras' band: |i - j| < sliding_window, i the absolute query position."""
-        if self._sliding_window > 1:
-            return masking.sliding_window_mask(query_length, key_length, self._sliding_window - 1, offset=start)
-        # Window 1: each query sees its own position only (j <= i and not j <= i - 1).
-        return ops.logical_and(
-            masking.causal_mask(query_length, key_length, start),
-            ops.logical_not(masking.causal_mask(query_length, key_length, start - 1)),
-        )
+        return masking.keras_window_mask(query_length, key_length, self._sliding_window, offset=start)
 
     def _compute_attention_bias(self, query, key, start_index, attention_bias=None):
         """The additive logit bias of a call: the ``position_bias`` hook at ``start_index`` plus the
@@ -1050,6 +1048,14 @@ class MultiHeadAttention(keras.layers.Layer):
             "num_key_value_heads": self._num_key_value_heads,
             "rotary": _serialize_layer(self._hooks.rotary),
             "position_bias": _serialize_layer(self._hooks.position_bias),
-            "flash_attention": self._flash_attention,
-            "memory_efficient": None if self._flash_attention else self._memory_efficient,
+            "implementation": self._implementation,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        """A config saved with implementation="fused" loads as "auto" under a backend without a fused kernel (a
+        model trained under JAX, exported under TensorFlow): every route computes the same function."""
+        config = dict(config)
+        if config.get("implementation") == "fused" and fused.kernel("bfloat16", 8, explicit=True) is None:
+            config["implementation"] = "auto"
+        return super().from_config(config)

@@ -15,9 +15,9 @@ import collections
 import keras
 from keras import ops
 
-from attnlayers._loops import updates_in_place
+from attnlayers import kv_cache
 from attnlayers.masking import check_mask, keras_mask
-from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention, _write_cache_position
+from attnlayers.multi_head import IMPLEMENTATIONS, AttentionOutputs, MultiHeadAttention
 from attnlayers.normalization import RMSNorm
 from attnlayers.validation import (
     check_feature_size,
@@ -160,6 +160,7 @@ class _Block(keras.layers.Layer):
         attention_kwargs=None,
         normalization="layer",
         use_bias=True,
+        implementation="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -175,6 +176,7 @@ class _Block(keras.layers.Layer):
         self.attention_kwargs = dict(attention_kwargs or {})
         self.normalization = one_of(normalization, "normalization", _NORMALIZATIONS)
         self.use_bias = bool(use_bias)
+        self.implementation = one_of(implementation, "implementation", IMPLEMENTATIONS)
         self.supports_masking = True
 
     def _key_dim(self, model_dim):
@@ -188,7 +190,8 @@ class _Block(keras.layers.Layer):
         return model_dim // self.num_heads
 
     def _attention(self, name, model_dim, query_shape, value_shape):
-        kwargs = {"use_bias": self.use_bias, **self.attention_kwargs}  # attention_kwargs may override use_bias
+        # attention_kwargs may override use_bias and implementation
+        kwargs = {"use_bias": self.use_bias, "implementation": self.implementation, **self.attention_kwargs}
         layer = MultiHeadAttention(
             num_heads=self.num_heads, key_dim=self._key_dim(model_dim), dropout=self.dropout,
             kernel_initializer=self.kernel_initializer, bias_initializer=self.bias_initializer, name=name,
@@ -245,6 +248,7 @@ class _Block(keras.layers.Layer):
             "attention_kwargs": keras.saving.serialize_keras_object(self.attention_kwargs) if self.attention_kwargs else None,
             "normalization": self.normalization,
             "use_bias": self.use_bias,
+            "implementation": self.implementation,
         }
 
     @classmethod
@@ -292,6 +296,15 @@ def _check_decoder_masks(
     if encoder_padding_mask is None and encoder_sequence is not None:
         encoder_padding_mask = keras_mask(encoder_sequence)
     return decoder_padding_mask, decoder_attention_mask, encoder_padding_mask, encoder_attention_mask
+
+
+def _cross_arguments(encoder_padding_mask, encoder_attention_mask, cross_attention_cache,
+                     cross_attention_cache_update_index):
+    """A decoder block's cross-attention call arguments (the encoder's checked masks and the cache)."""
+    return {
+        "value_mask": encoder_padding_mask, "attention_mask": encoder_attention_mask, "cache": cross_attention_cache,
+        "cache_update_index": cross_attention_cache_update_index,
+    }
 
 
 class DecoderBlockOutputs(
@@ -351,6 +364,8 @@ class TransformerEncoderBlock(_Block):
         normalization: "layer" (LayerNorm, the default) or "rms" (:class:`~attnlayers.normalization.RMSNorm`, as
             in LLaMA), for every norm of the block (and the final norm of a pre-LN stack).
         use_bias: biases in the attention and feed-forward projections (False in LLaMA); the norms keep theirs.
+        implementation: the attention route, "auto", "exact", "chunked" or "fused" (see
+            :class:`~attnlayers.MultiHeadAttention`).
 
     Call arguments:
         inputs: (B, T, d_model).
@@ -405,7 +420,9 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
     """One Transformer decoder layer: masked (causal) self-attention, encoder-decoder cross-attention, and
     feed-forward, each with dropout, residual and LayerNorm (Vaswani et al. 2017, section 3.1).
 
-    Built without an encoder sequence it is decoder-only (no cross-attention), as in GPT.
+    Built without an encoder sequence it is decoder-only (no cross-attention), as in GPT. A call on one position
+    with a self-attention cache takes :meth:`single_step` when :meth:`supports_single_step` holds (cached decoding
+    at a cost that grows with the position; see :mod:`attnlayers.kv_cache`).
 
     Args:
         As :class:`TransformerEncoderBlock`.
@@ -480,68 +497,141 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
                 cross_length=None if cross_attention_cache is None else cross_attention_cache.shape[2],
             )
         )
-        single = self._single_step_applies(
-            decoder_sequence, self_attention_cache, self_attention_cache_update_index, decoder_padding_mask,
-            decoder_attention_mask, return_attention_scores, training,
-        )
-        result = self._forward(
-            decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask, encoder_padding_mask,
-            encoder_attention_mask, self_attention_cache, self_attention_cache_update_index, cross_attention_cache,
-            cross_attention_cache_update_index, use_causal_mask, return_attention_scores, training, single=single,
-        )
+        if self.supports_single_step(
+            decoder_sequence, self_attention_cache, self_attention_cache_update_index,
+            decoder_padding_mask=decoder_padding_mask, decoder_attention_mask=decoder_attention_mask,
+            return_attention_scores=return_attention_scores, training=training,
+        ):
+            result = self.single_step(
+                decoder_sequence, self_attention_cache, self_attention_cache_update_index,
+                encoder_sequence=encoder_sequence, encoder_padding_mask=encoder_padding_mask,
+                encoder_attention_mask=encoder_attention_mask, cross_attention_cache=cross_attention_cache,
+                cross_attention_cache_update_index=cross_attention_cache_update_index, training=training,
+            )
+        else:
+            has_self_cache = self_attention_cache is not None
+
+            def self_attend(x):
+                # With a cache, the keys' padding lives in the cache (masked beyond the written positions).
+                out = self.self_attention(
+                    x, x,
+                    query_mask=decoder_padding_mask,
+                    value_mask=None if has_self_cache else decoder_padding_mask,
+                    attention_mask=decoder_attention_mask, use_causal_mask=use_causal_mask,
+                    return_attention_scores=return_attention_scores, training=training,
+                    cache=self_attention_cache, cache_update_index=self_attention_cache_update_index,
+                )
+                return AttentionOutputs.unpack(out, return_attention_scores, has_self_cache)
+
+            result = self._forward(
+                decoder_sequence, self_attend, encoder_sequence, _cross_arguments(
+                    encoder_padding_mask, encoder_attention_mask, cross_attention_cache,
+                    cross_attention_cache_update_index,
+                ),
+                decoder_padding_mask, return_attention_scores, training,
+            )
         has_self_cache, has_cross = self_attention_cache is not None, self.cross_attention is not None
         return result.pack(has_self_cache, has_cross, return_attention_scores)
 
-    def _single_step_applies(
-        self, decoder_sequence, self_attention_cache, self_attention_cache_update_index, decoder_padding_mask,
-        decoder_attention_mask, return_attention_scores, training,
+    def supports_single_step(
+        self, decoder_sequence, self_attention_cache, self_attention_cache_update_index, *,
+        decoder_padding_mask=None, decoder_attention_mask=None, return_attention_scores=False, training=None,
     ):
-        """Whether the self-attention of this call can take ``MultiHeadAttention._single_step``: one position
-        (T = 1) written into a cache of static length, no padding or attention mask on it, no scores returned,
-        no attention dropout at work, and an attention layer that supports it."""
+        """Whether a call with these arguments can take :meth:`single_step`: one position (T = 1) written into a
+        self-attention cache of static length, no padding or attention mask on it, no scores returned, no
+        attention dropout at work, and a self-attention layer that supports it
+        (``MultiHeadAttention.supports_single_step``).
+
+        Args:
+            decoder_sequence: (B, T, d_model).
+            self_attention_cache: (B, 2, S_max, N_kv, H) or a stack's (B, layers, 2, S_max, N_kv, H), or None.
+            self_attention_cache_update_index: int, scalar int tensor or None.
+            decoder_padding_mask, decoder_attention_mask, return_attention_scores, training: as in ``call``
+                (the masks checked, the implicit padding mask filled in).
+
+        Returns:
+            A Python bool.
+        """
         attention_dropout = self.self_attention.dropout and not (training is None or training is False)
         return (
             self_attention_cache is not None and self_attention_cache_update_index is not None
             and decoder_sequence.shape[1] == 1 and self_attention_cache.shape[-3] is not None
             and decoder_padding_mask is None and decoder_attention_mask is None
             and not return_attention_scores and not attention_dropout
-            and self.self_attention._supports_single_step()
+            and self.self_attention.supports_single_step()
         )
 
-    def _forward(
-        self, decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask, encoder_padding_mask,
-        encoder_attention_mask, self_attention_cache, self_attention_cache_update_index, cross_attention_cache,
-        cross_attention_cache_update_index, use_causal_mask, return_attention_scores, training, single=False,
-        layer=None, write=True,
+    def single_step(
+        self, decoder_sequence, cache, cache_update_index, *, layer=None, write=True, encoder_sequence=None,
+        encoder_padding_mask=None, encoder_attention_mask=None, cross_attention_cache=None,
+        cross_attention_cache_update_index=None, training=None,
     ):
-        """The block on checked masks -> :class:`DecoderBlockOutputs`.
+        """The block on one new position with a self-attention cache, its self-attention computed by
+        ``MultiHeadAttention.single_step`` (a cost that grows with the position, not with S_max). What ``call``
+        computes for such a position when :meth:`supports_single_step` holds (and ``call`` takes this path then).
 
-        With ``single`` (see :meth:`_single_step_applies`) the self-attention is
-        ``MultiHeadAttention._single_step`` (``layer`` and ``write`` are its arguments: ``layer`` picks the layer
-        of a stacked (B, layers, 2, S_max, N_kv, H) cache), and ``self_attention_cache`` of the result is the
-        written cache, or with ``write=False`` the new position's key and value (B, 2, N_kv, H), not written.
+        Args:
+            decoder_sequence: (B, 1, d_model), the position's input (no padding: it is a real token).
+            cache: the self-attention cache (B, 2, S_max, N_kv, H) (S_max static), or with ``layer`` a decoder
+                stack's (B, layers, 2, S_max, N_kv, H) of which ``layer`` is read (and written).
+            cache_update_index: int or scalar int tensor, the position i.
+            layer: None, or the layer (int) of a stacked ``cache``.
+            write: True: the position's key and value are written into ``cache`` before the attention reads it
+                (best where writes are in place, see :func:`attnlayers.kv_cache.updates_in_place`); False: they
+                are attended beside it and returned unwritten, for the caller to write
+                (:func:`attnlayers.kv_cache.write_position`).
+            encoder_sequence: (B, S, d_model) encoder memory, or None (decoder-only, or a filled cross cache).
+            encoder_padding_mask: (B, S) boolean, or None. encoder_attention_mask: (B, 1, S) boolean, or None.
+                Implicit Keras masks are not read here.
+            cross_attention_cache, cross_attention_cache_update_index: as in ``call`` (the block's own
+                (B, 2, S, N_kv, H) cross cache, not a stack's).
+            training: enables the residual dropout (not attention dropout: with attention dropout at work this
+                raises a ValueError).
+
+        Returns:
+            A :class:`DecoderBlockOutputs`: ``outputs`` (B, 1, d_model); ``self_attention_cache`` the written
+            cache (``write``) or the position's key and value (B, 2, N_kv, H) (``write=False``);
+            ``cross_attention_cache`` (B, 2, S, N_kv, H) or None; ``attention_scores`` an empty dict.
+
+        Example:
+        >>> out = block.single_step(x_t, cache, t)       # cache (B, 2, max_length, N_kv, H)
+        >>> y, cache = out.outputs, out.self_attention_cache
         """
-        has_self_cache = self_attention_cache is not None
+        self._check_inputs(decoder_sequence, encoder_sequence, cross_attention_cache)
+        if decoder_sequence.shape[1] != 1:
+            raise ValueError(f"`decoder_sequence` of a single step must have shape (batch, 1, d_model); received "
+                             f"shape {tuple(decoder_sequence.shape)}.")
+        if self.self_attention.dropout and not (training is None or training is False):
+            raise ValueError(
+                f"`single_step` computes no attention dropout; received training={training!r} with dropout="
+                f"{self.self_attention.dropout}. Call the block (the general cached path) to train with dropout."
+            )
+        batch = decoder_sequence.shape[0]
+        cross_length = None if cross_attention_cache is None else cross_attention_cache.shape[2]
+        if cross_length is None and encoder_sequence is not None:
+            cross_length = encoder_sequence.shape[1]
+        encoder_padding_mask = check_mask(encoder_padding_mask, "encoder_padding_mask", (batch, cross_length))
+        encoder_attention_mask = check_mask(encoder_attention_mask, "encoder_attention_mask", (batch, 1, cross_length))
 
         def self_attend(x):
-            if single:
-                output, cache = self.self_attention._single_step(
-                    x, self_attention_cache, self_attention_cache_update_index, layer, write
-                )
-                return AttentionOutputs(output, None, cache)
-            # With a cache, the keys' padding lives in the cache (masked beyond the written positions).
-            out = self.self_attention(
-                x, x,
-                query_mask=decoder_padding_mask,
-                value_mask=None if has_self_cache else decoder_padding_mask,
-                attention_mask=decoder_attention_mask, use_causal_mask=use_causal_mask,
-                return_attention_scores=return_attention_scores, training=training,
-                cache=self_attention_cache, cache_update_index=self_attention_cache_update_index,
-            )
-            return AttentionOutputs.unpack(out, return_attention_scores, has_self_cache)
+            output, written = self.self_attention.single_step(x, cache, cache_update_index, layer, write)
+            return AttentionOutputs(output, None, written)
 
+        cross = _cross_arguments(
+            encoder_padding_mask, encoder_attention_mask, cross_attention_cache, cross_attention_cache_update_index
+        )
+        return self._forward(decoder_sequence, self_attend, encoder_sequence, cross, None, False, training)
+
+    def _forward(self, decoder_sequence, self_attend, encoder_sequence, cross, query_mask, return_attention_scores,
+                 training):
+        """The block around its self-attention -> :class:`DecoderBlockOutputs`.
+
+        ``self_attend(x) -> AttentionOutputs`` is the self-attention sublayer (general or :meth:`single_step`);
+        ``cross`` the cross-attention's mask and cache arguments (:func:`_cross_arguments`); ``query_mask`` the
+        checked decoder padding mask.
+        """
         x, attended = self._residual(decoder_sequence, self.self_attention_layer_norm, self_attend, training)
-        result = DecoderBlockOutputs(None, attended.cache, cross_attention_cache, {})
+        result = DecoderBlockOutputs(None, attended.cache, cross["cache"], {})
         if return_attention_scores:
             result.attention_scores["self_attention"] = attended.scores
         if self.cross_attention is not None:
@@ -549,12 +639,10 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
 
             def cross_attend(h):
                 out = self.cross_attention(
-                    h, memory, query_mask=decoder_padding_mask, value_mask=encoder_padding_mask,
-                    attention_mask=encoder_attention_mask, return_attention_scores=return_attention_scores,
-                    training=training, cache=cross_attention_cache,
-                    cache_update_index=cross_attention_cache_update_index,
+                    h, memory, query_mask=query_mask, return_attention_scores=return_attention_scores,
+                    training=training, **cross,
                 )
-                return AttentionOutputs.unpack(out, return_attention_scores, cross_attention_cache is not None)
+                return AttentionOutputs.unpack(out, return_attention_scores, cross["cache"] is not None)
 
             x, attended = self._residual(x, self.cross_attention_layer_norm, cross_attend, training)
             result = result._replace(cross_attention_cache=attended.cache)
@@ -764,17 +852,19 @@ class TransformerDecoder(_Stack):
         )
         index = self_attention_cache_update_index
         single = self_attention_cache is not None and all(
-            block._single_step_applies(
-                decoder_sequence, self_attention_cache, index, decoder_padding_mask, decoder_attention_mask,
-                return_attention_scores, training,
+            block.supports_single_step(
+                decoder_sequence, self_attention_cache, index, decoder_padding_mask=decoder_padding_mask,
+                decoder_attention_mask=decoder_attention_mask, return_attention_scores=return_attention_scores,
+                training=training,
             )
             for block in self.blocks
         )
         if single:
             return self._single_step(
-                decoder_sequence, encoder_sequence, encoder_padding_mask, encoder_attention_mask,
-                self_attention_cache, index, cross_attention_cache, cross_attention_cache_update_index,
-                use_causal_mask, return_hidden_states, training,
+                decoder_sequence, self_attention_cache, index, return_hidden_states, encoder_sequence=encoder_sequence,
+                encoder_padding_mask=encoder_padding_mask, encoder_attention_mask=encoder_attention_mask,
+                cross_attention_cache=cross_attention_cache,
+                cross_attention_cache_update_index=cross_attention_cache_update_index, training=training,
             )
         x, hidden_states, attention_scores = decoder_sequence, [], []
         self_caches, cross_caches = [], []
@@ -810,12 +900,9 @@ class TransformerDecoder(_Stack):
             result["cross_attention_cache"] = ops.stack(cross_caches, axis=1)
         return result
 
-    def _single_step(
-        self, decoder_sequence, encoder_sequence, encoder_padding_mask, encoder_attention_mask, self_attention_cache,
-        self_attention_cache_update_index, cross_attention_cache, cross_attention_cache_update_index,
-        use_causal_mask, return_hidden_states, training,
-    ):
-        """One new position through every block (T = 1, see ``TransformerDecoderBlock._single_step_applies``).
+    def _single_step(self, decoder_sequence, cache, index, return_hidden_states, *, cross_attention_cache=None,
+                     **cross):
+        """One new position through every block (T = 1, see ``TransformerDecoderBlock.supports_single_step``).
 
         Each block's self-attention reads only the prefix of its layer of the stacked cache up to the position,
         in place, instead of slicing, rewriting and restacking every layer's whole cache. Where writes are in
@@ -823,16 +910,12 @@ class TransformerDecoder(_Stack):
         cache, so the layers' new keys and values are attended beside the cache and written in one update at
         the end. Both compute the same attention.
         """
-        index = self_attention_cache_update_index
-        write = updates_in_place(self_attention_cache)
-        x, cache, hidden_states, entries, cross_caches = decoder_sequence, self_attention_cache, [], [], []
+        write = kv_cache.updates_in_place(cache)
+        x, hidden_states, entries, cross_caches = decoder_sequence, [], [], []
         for i, block in enumerate(self.blocks):
-            block._check_inputs(x, encoder_sequence, cross_attention_cache)
-            out = block._forward(
-                x, encoder_sequence, None, None, encoder_padding_mask, encoder_attention_mask, cache, index,
-                None if cross_attention_cache is None else cross_attention_cache[:, i],
-                cross_attention_cache_update_index, use_causal_mask, False, training, single=True, layer=i,
-                write=write,
+            out = block.single_step(
+                x, cache, index, layer=i, write=write,
+                cross_attention_cache=None if cross_attention_cache is None else cross_attention_cache[:, i], **cross,
             )
             x = out.outputs
             if write:
@@ -845,7 +928,7 @@ class TransformerDecoder(_Stack):
         result = self._finish(x, hidden_states, [], return_hidden_states, False)
         result = result if isinstance(result, dict) else {"sequence_output": result}
         if not write:  # one write for every layer: cache[:, :, :, index] = their keys and values
-            cache = _write_cache_position(cache, ops.stack(entries, axis=1), index)
+            cache = kv_cache.write_position(cache, ops.stack(entries, axis=1), index)
         result["self_attention_cache"] = cache
         if cross_caches:
             result["cross_attention_cache"] = ops.stack(cross_caches, axis=1)

@@ -22,7 +22,7 @@ of 8 prompts of 16 tokens, no stop token (every call generates exactly batch * n
 What differs between ours and keras-hub (same architecture and weights, the same greedy tokens):
 - prefill: keras-hub's ``_build_cache`` runs the whole (B, L) buffer (prompt + room for the new tokens)
   through the model once before the loop; ours prefills the prompt only (B, P).
-- the cached step (attnlayers' ``TransformerDecoder`` with one new position, ``MultiHeadAttention._single_step``):
+- the cached step (attnlayers' ``TransformerDecoder`` with one new position, ``MultiHeadAttention.single_step``):
   each layer attends only a prefix of its cache holding the positions written so far (the shortest of 8 static
   lengths, chosen by a switch: about half the cache on average here), with elementwise products reduced over
   the head size and the positions instead of batched matmuls (no transpose of the cache); the new keys and

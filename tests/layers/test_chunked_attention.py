@@ -309,16 +309,19 @@ def test_layer_dropout_trains_and_is_off_at_inference():
 
 
 def test_automatic_choice():
-    """memory_efficient=None takes the plain path below MEMORY_EFFICIENT_MIN_LENGTH (always at T <= 512), the
-    chunked one above it when the call allows; flash_attention=True is memory_efficient=True."""
+    """implementation="auto" takes the exact route below MEMORY_EFFICIENT_MIN_LENGTH (always at T <= 512), the
+    chunked one above it when the call allows (no cuDNN on a CPU); the aliases select their routes."""
     layer = MultiHeadAttention(2, 4)
-    short, long = ops.zeros((1, 512, 2, 4)), ops.zeros((1, MEMORY_EFFICIENT_MIN_LENGTH, 2, 4))
-    assert not layer._use_memory_efficient(short, short, False, None)
-    assert layer._use_memory_efficient(long, long, False, None)
-    assert not layer._use_memory_efficient(long, long, True, None)  # scores requested: plain path
-    assert not MultiHeadAttention(2, 4, score="general")._use_memory_efficient(long, long, False, None)
-    assert not MultiHeadAttention(2, 4, memory_efficient=False)._use_memory_efficient(long, long, False, None)
-    assert MultiHeadAttention(2, 4, flash_attention=True)._use_memory_efficient(short, short, False, None)
+    short, long = 512, MEMORY_EFFICIENT_MIN_LENGTH
+    assert layer.attention_implementation(short, short) == "exact"
+    assert layer.attention_implementation(long, long) == "chunked"
+    assert layer.attention_implementation(long, long, return_attention_scores=True) == "exact"
+    assert layer.attention_implementation(long, long, cached=True) == "exact"
+    assert MultiHeadAttention(2, 4, score="general").attention_implementation(long, long) == "exact"
+    assert MultiHeadAttention(2, 4, memory_efficient=False).attention_implementation(long, long) == "exact"
+    assert MultiHeadAttention(2, 4, memory_efficient=True).attention_implementation(short, short) == "chunked"
+    flash = "fused" if keras.backend.backend() == "jax" else "chunked"  # keras' alias: the fused kernel or blocks
+    assert MultiHeadAttention(2, 4, flash_attention=True).attention_implementation(short, short) == flash
     # A short call really goes through the plain path (its scores exist; the chunked function is not called).
     calls = []
     layer = MultiHeadAttention(2, 4)
@@ -333,25 +336,38 @@ def test_errors_and_config():
     x = rng.normal(size=(B, T, 8)).astype("float32")
     layer = MultiHeadAttention(N, H, memory_efficient=True)
     layer(x, x)
+    # A cached call (decoding) attends over its cache exactly whatever the route: a model trained in blocks decodes.
     cache = np.zeros((B, 2, 9, N, H), "float32")
+    exact = MultiHeadAttention(N, H)
+    exact(x, x)
+    exact.set_weights(layer.get_weights())
+    np.testing.assert_allclose(_np(layer(x, x, cache=cache, cache_update_index=0)[0]),
+                               _np(exact(x, x, cache=cache, cache_update_index=0)[0]), atol=1e-6)
     for call, match in [
-        (lambda: layer(x, x, return_attention_scores=True), "memory_efficient=True.*return_attention_scores"),
-        (lambda: layer(x, x, cache=cache, cache_update_index=0), "memory_efficient=True.*cache"),
+        (lambda: layer(x, x, return_attention_scores=True), "chunked.*return_attention_scores"),
         (lambda: MultiHeadAttention(N, H, score="general", memory_efficient=True)(x, x), "score"),
         (lambda: MultiHeadAttention(N, H, position_bias=ALiBi(N), memory_efficient=True)(x, x), "position_bias"),
         (lambda: MultiHeadAttention(N, H, flash_attention=True)(x, x, return_attention_scores=True),
          "flash_attention=True"),
+        (lambda: MultiHeadAttention(N, H, implementation="chunked")(x, x, return_attention_scores=True),
+         "implementation='chunked'.*return_attention_scores"),
         (lambda: chunked_attention(*_inputs(rng), query_chunk_size=0), "query_chunk_size"),
         (lambda: chunked_attention(*_inputs(rng), dropout_rate=0.1), "seed"),
         (lambda: chunked_attention(*_inputs(rng, n=3, n_kv=2)), "multiple"),
     ]:
         with pytest.raises(ValueError, match=match):
             call()
-    for kwargs in (dict(memory_efficient=True), dict(memory_efficient=False), dict(flash_attention=True), {}):
+    for kwargs in (dict(memory_efficient=True), dict(memory_efficient=False), dict(flash_attention=True), {},
+                   dict(implementation="chunked")):
         config = MultiHeadAttention(N, H, **kwargs).get_config()
         clone = MultiHeadAttention.from_config(config)
         assert clone.get_config() == config
-        assert clone._memory_efficient == MultiHeadAttention(N, H, **kwargs)._memory_efficient
+        assert clone.implementation == MultiHeadAttention(N, H, **kwargs).implementation
+    # A config saved before `implementation` existed loads with its route.
+    old = {key: value for key, value in MultiHeadAttention(N, H).get_config().items() if key != "implementation"}
+    for flags, route in (((None, True), "chunked"), ((None, False), "exact"), ((None, None), "auto")):
+        config = dict(old, flash_attention=flags[0], memory_efficient=flags[1])
+        assert MultiHeadAttention.from_config(config).implementation == route
 
 
 def test_dropout_masks_of_other_blocks_and_of_the_next_seed_are_unrelated():

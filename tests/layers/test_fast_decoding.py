@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from attnlayers import _loops, transformer
-from attnlayers.multi_head import MultiHeadAttention, _prefix_lengths, _write_cache_position
+from attnlayers import kv_cache
+from attnlayers.multi_head import MultiHeadAttention
 from attnlayers.positional import RotaryEmbedding
 from attnlayers.transformer import TransformerDecoder, TransformerDecoderBlock
 
@@ -34,17 +34,17 @@ def rng():
 
 
 class _Counter:
-    """Counts the calls of MultiHeadAttention._single_step (the step really took the fast path)."""
+    """Counts the calls of MultiHeadAttention.single_step (the step really took the fast path)."""
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        original = MultiHeadAttention._single_step
+        original = MultiHeadAttention.single_step
 
         def counted(layer, *args, **kwargs):
             self.calls += 1
             return original(layer, *args, **kwargs)
 
-        monkeypatch.setattr(MultiHeadAttention, "_single_step", counted)
+        monkeypatch.setattr(MultiHeadAttention, "single_step", counted)
 
 
 def _decoder(kwargs, layers=2, cross=False):
@@ -57,28 +57,6 @@ def _decoder(kwargs, layers=2, cross=False):
 
 def _kv_heads(kwargs):
     return kwargs.get("attention_kwargs", {}).get("num_key_value_heads", N)
-
-
-def test_prefix_lengths_cover_every_position():
-    assert _prefix_lengths(272) == (34, 68, 102, 136, 170, 204, 238, 272)
-    assert _prefix_lengths(40) == (20, 40)
-    assert _prefix_lengths(20) == (20,)
-    for max_length in (1, 15, 16, 33, 100, 1024):
-        lengths = _prefix_lengths(max_length)
-        assert lengths[-1] == max_length and len(lengths) <= 8 and list(lengths) == sorted(set(lengths))
-
-
-def test_write_cache_position_writes_only_the_index(rng):
-    cache = rng.normal(size=(B, 3, 2, L, N, 4)).astype("float32")
-    entries = rng.normal(size=(B, 3, 2, N, 4)).astype("float32")
-    written = _np(_write_cache_position(ops.convert_to_tensor(cache), entries, ops.convert_to_tensor(7)))
-    expected = cache.copy()
-    expected[:, :, :, 7] = entries
-    np.testing.assert_array_equal(written, expected)
-    one_layer = _np(_write_cache_position(ops.convert_to_tensor(cache), entries[:, 1], 9, layer=1))
-    expected = cache.copy()
-    expected[:, 1, :, 9] = entries[:, 1]
-    np.testing.assert_array_equal(one_layer, expected)
 
 
 @pytest.mark.parametrize("in_place", [True, False], ids=["write_each_layer", "write_once"])
@@ -96,7 +74,7 @@ def test_decoder_steps_equal_full_recomputation(config, in_place, rng, monkeypat
     cache = rng.normal(size=(B, 2, 2, L, _kv_heads(kwargs), D // N)).astype("float32")  # garbage
     cache = decoder(x[:, :prefill], self_attention_cache=cache, self_attention_cache_update_index=0)[
         "self_attention_cache"]
-    monkeypatch.setattr(transformer, "updates_in_place", lambda cache: in_place)
+    monkeypatch.setattr(kv_cache, "updates_in_place", lambda cache: in_place)
     counter = _Counter(monkeypatch)
     for t in range(prefill, end):
         index = t if t % 2 else ops.convert_to_tensor(t)  # Python int or scalar tensor
@@ -115,7 +93,7 @@ def test_decoder_step_cache_equals_the_general_path(rng, monkeypatch):
     cache = ops.convert_to_tensor(rng.normal(size=(B, 2, 2, L, 2, D // N)).astype("float32"))
     step = rng.normal(size=(B, 1, D)).astype("float32")
     fast = decoder(step, self_attention_cache=cache, self_attention_cache_update_index=25)
-    monkeypatch.setattr(TransformerDecoderBlock, "_single_step_applies", lambda *args: False)
+    monkeypatch.setattr(TransformerDecoderBlock, "supports_single_step", lambda *args, **kwargs: False)
     slow = decoder(step, self_attention_cache=cache, self_attention_cache_update_index=25)
     np.testing.assert_allclose(_np(fast["self_attention_cache"]), _np(slow["self_attention_cache"]), atol=1e-6)
     np.testing.assert_allclose(_np(fast["sequence_output"]), _np(slow["sequence_output"]), atol=1e-5)
@@ -133,7 +111,7 @@ def test_block_step_equals_the_general_path(rng, monkeypatch):
     counter = _Counter(monkeypatch)
     fast = block(step, **call)
     assert counter.calls == 1
-    monkeypatch.setattr(TransformerDecoderBlock, "_single_step_applies", lambda *args: False)
+    monkeypatch.setattr(TransformerDecoderBlock, "supports_single_step", lambda *args, **kwargs: False)
     slow = block(step, **call)
     for a, b in zip(fast, slow):
         np.testing.assert_allclose(_np(a), _np(b), atol=1e-5)
@@ -168,7 +146,7 @@ def test_compiled_steps_match_eager(jit_compile, rng):
     seen = []
 
     def run(x, cache):
-        seen.append(_loops.updates_in_place(cache))
+        seen.append(kv_cache.updates_in_place(cache))
 
         def body(t, cache, outputs):
             out = decoder(x[:, t][:, None], self_attention_cache=cache, self_attention_cache_update_index=t)
@@ -203,10 +181,10 @@ def test_gradients_equal_the_general_path(rng, monkeypatch):
         return tape.gradient(loss, [cache] + decoder.trainable_weights)
 
     for in_place in (False, True):
-        monkeypatch.setattr(transformer, "updates_in_place", lambda cache, in_place=in_place: in_place)
+        monkeypatch.setattr(kv_cache, "updates_in_place", lambda cache, in_place=in_place: in_place)
         fast = gradients()
         with monkeypatch.context() as patch:
-            patch.setattr(TransformerDecoderBlock, "_single_step_applies", lambda *args: False)
+            patch.setattr(TransformerDecoderBlock, "supports_single_step", lambda *args, **kwargs: False)
             slow = gradients()
         for a, b in zip(fast, slow):
             assert a is not None
@@ -232,13 +210,13 @@ def test_general_path_where_the_step_does_not_apply(rng, monkeypatch):
     assert counter.calls == 2
     general = MultiHeadAttention(N, D // N, score="general")
     general.build((None, 1, D), (None, 1, D))
-    assert not general._supports_single_step()
+    assert not general.supports_single_step()
     with pytest.raises(ValueError, match="dot or scaled-dot score"):
-        general._single_step(step, ops.zeros((B, 2, L, N, D // N)), 3)
+        general.single_step(step, ops.zeros((B, 2, L, N, D // N)), 3)
     attention = MultiHeadAttention(N, D // N)
     attention.build((None, 1, D), (None, 1, D))
     with pytest.raises(ValueError, match=r"shape \(batch, 1, dim\)"):
-        attention._single_step(np.zeros((B, 2, D), "float32"), ops.zeros((B, 2, L, N, D // N)), 3)
+        attention.single_step(np.zeros((B, 2, D), "float32"), ops.zeros((B, 2, L, N, D // N)), 3)
 
 
 def test_mixed_precision_step(rng, monkeypatch):
@@ -250,7 +228,28 @@ def test_mixed_precision_step(rng, monkeypatch):
     step = x[:, 30:31]
     fast = decoder(step, self_attention_cache=cache, self_attention_cache_update_index=30)
     assert fast["self_attention_cache"].dtype == cache.dtype
-    monkeypatch.setattr(TransformerDecoderBlock, "_single_step_applies", lambda *args: False)
+    monkeypatch.setattr(TransformerDecoderBlock, "supports_single_step", lambda *args, **kwargs: False)
     slow = decoder(step, self_attention_cache=cache, self_attention_cache_update_index=30)
     np.testing.assert_allclose(_np(fast["sequence_output"]), _np(slow["sequence_output"]), atol=2e-2)
     np.testing.assert_allclose(_np(fast["self_attention_cache"]), _np(slow["self_attention_cache"]), atol=2e-3)
+
+
+def test_block_single_step_both_writes(rng):
+    """The public block step: write=False returns the position's key and value, which write=True writes; the
+    same outputs either way; attention dropout in training is refused."""
+    block = TransformerDecoderBlock(N, F, dropout=0.1, attention_kwargs={"num_key_value_heads": 2})
+    block.build((None, L, D))
+    cache = ops.convert_to_tensor(rng.normal(size=(B, 2, L, 2, D // N)).astype("float32"))
+    step = rng.normal(size=(B, 1, D)).astype("float32")
+    written = block.single_step(step, cache, 12)
+    beside = block.single_step(step, cache, 12, write=False)
+    np.testing.assert_allclose(_np(written.outputs), _np(beside.outputs), atol=1e-5)
+    expected = _np(cache)
+    expected[:, :, 12] = _np(beside.self_attention_cache)
+    np.testing.assert_allclose(_np(written.self_attention_cache), expected, atol=1e-6)
+    general = block(step, self_attention_cache=cache, self_attention_cache_update_index=12)
+    np.testing.assert_allclose(_np(written.outputs), _np(general[0]), atol=1e-5)
+    with pytest.raises(ValueError, match="attention dropout"):
+        block.single_step(step, cache, 12, training=True)
+    with pytest.raises(ValueError, match=r"`decoder_sequence` of a single step"):
+        block.single_step(np.zeros((B, 2, D), "float32"), cache, 12)

@@ -1,0 +1,149 @@
+"""Fused attention: softmax(Q K^T * scale + bias) V through the backend's own attention kernel.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V                       (Vaswani et al. 2017, eq. 1)
+
+Under JAX this is ``jax.nn.dot_product_attention``: on a GPU with float16 / bfloat16 inputs its cuDNN kernel
+(FlashAttention: the (B, N, T, S) logits are never stored, and with ``is_causal`` the upper triangle is not
+computed); elsewhere its XLA implementation, the same function computed plainly, which the tests compare with
+the library's own paths on a CPU. TensorFlow has no such kernel (``keras.ops.dot_product_attention(...,
+flash_attention=True)`` raises there), so this route does not exist under TensorFlow: :func:`kernel` says None.
+
+The library's rules hold here as on every route: boolean masks (True = may attend) are applied as a finite large
+negative logit, so a query that sees no key gets a finite row (its output is then zeroed by the caller from
+:func:`attnlayers.chunked.visible_queries`, never NaN, with finite gradients). The cuDNN kernel takes a mask only
+as a (B, 1, T, S) bias; a causal rule with T == S and the default offset goes to its own causal mode instead.
+
+Per-head tensors use the layout of ``keras.layers.MultiHeadAttention``: (B, T, N, H) queries, (B, S, N_kv, H) keys
+and values (grouped-query attention: query head n reads key / value head ``n // (N / N_kv)``).
+"""
+
+import keras
+from keras import backend, ops
+
+from attnlayers import masking
+from attnlayers.validation import is_int
+
+_BACKEND = keras.backend.backend()
+_HALF = ("float16", "bfloat16")
+#: Head sizes cuDNN's flash attention takes on every GPU it runs on (Ampere: <= 128, Hopper: <= 256).
+_CUDNN_MAX_HEAD = 128
+
+#: The exceptions by which ``jax.nn.dot_product_attention(implementation="cudnn")`` refuses a call while it is
+#: traced (shapes, dtypes, cuDNN version): the caller then takes another route.
+REFUSALS = (ValueError, NotImplementedError, RuntimeError, TypeError)
+
+
+def platform():
+    """The platform of the default JAX device ("gpu", "tpu", "cpu"), or None under another backend."""
+    if _BACKEND != "jax":
+        return None
+    import jax
+
+    return jax.devices()[0].platform
+
+
+def compiled_by_xla():
+    """Whether the code being traced now is compiled by XLA: always under JAX; under TensorFlow inside a
+    ``tf.function(jit_compile=True)`` (``Model.compile(jit_compile=True)``; Keras' "auto" takes XLA only where a GPU
+    is visible), not in a plain graph or eagerly. Some fusions pay under XLA and cost in a TensorFlow graph.
+
+    Under TensorFlow this reads TensorFlow's own XLA context (``control_flow_util``, not public API); if that
+    moves, it says False: the choice it informs is one of speed, never of the result.
+    """
+    if _BACKEND == "jax":
+        return True
+    if _BACKEND != "tensorflow":
+        return False
+    try:
+        import tensorflow as tf
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def kernel(dtype, head_size, value_head_size=None, explicit=False):
+    """Which kernel the fused route would use for inputs of ``dtype`` with heads of ``head_size``.
+
+    Args:
+        dtype: the compute dtype of the queries, keys and values.
+        head_size: H of the queries and keys; value_head_size: Hv (default H).
+        explicit: True when the caller asked for the fused route by name: then the XLA implementation of the same
+            op is accepted where cuDNN's does not apply (a CPU, float32); "auto" takes only cuDNN.
+
+    Returns:
+        "cudnn", "xla" or None (no fused route: TensorFlow, a TPU, Hv != H, or "auto" without cuDNN).
+    """
+    if _BACKEND != "jax" or (value_head_size is not None and value_head_size != head_size):
+        return None
+    where = platform()
+    if where == "gpu" and backend.standardize_dtype(dtype) in _HALF and head_size % 8 == 0 \
+            and head_size <= _CUDNN_MAX_HEAD:
+        return "cudnn"
+    if explicit and where != "tpu":
+        return "xla"
+    return None
+
+
+def fused_attention(query, key, value, bias=None, *, query_mask=None, key_mask=None, attention_mask=None,
+                    causal=False, offset=None, window=None, scale=None, implementation="xla"):
+    """softmax(Q K^T * scale + bias) V (eq. 1) through ``jax.nn.dot_product_attention``.
+
+    The masks come as the pieces :func:`attnlayers.chunked.chunked_attention` takes, with the same meaning.
+
+    Args:
+        query: (B, T, N, H). key, value: (B, S, N_kv, H), in the query's dtype.
+        bias: additive logit bias broadcastable to (B, N, T, S), rank 4, or None.
+        query_mask: (B, T) boolean, False = padded query, or None.
+        key_mask: (B, S) boolean, False = padded key, or None.
+        attention_mask: boolean broadcastable to (B, T, S) (rank 3) or (B, N, T, S) (rank 4), or None.
+        causal: query t attends keys s <= offset + t only.
+        offset: absolute position of query 0 (int or scalar int tensor); default S - T.
+        window: None or W: query t attends keys with |offset + t - s| < W (keras' sliding window).
+        scale: multiplies Q K^T; default 1 / sqrt(H).
+        implementation: "cudnn" or "xla" (see :func:`kernel`).
+
+    Returns:
+        (B, T, N, H) in the query's dtype. Rows with no visible key hold finite values the caller zeroes.
+
+    Raises:
+        One of :data:`REFUSALS` when the cuDNN kernel refuses the call (raised while tracing).
+    """
+    import jax
+
+    t, s = query.shape[1], key.shape[1]
+    default_offset = offset is None or (is_int(offset) and is_int(t) and is_int(s) and offset == s - t)
+    # cuDNN's causal mode is the top-left rule s <= t: ours when T == S and the queries are the keys' positions.
+    native_causal = bool(causal) and default_offset and is_int(t) and t == s
+    mask = masking.combine_masks(
+        None if query_mask is None else ops.cast(query_mask, "bool")[:, None, :, None],
+        None if key_mask is None else ops.cast(key_mask, "bool")[:, None, None, :],
+        _rank4(attention_mask),
+        _band(t, s, causal and not native_causal, offset, window),
+    )
+    if mask is not None and implementation == "cudnn":  # cuDNN reads a mask only as a full (., ., T, S) bias
+        mask = ops.broadcast_to(mask, (ops.shape(mask)[0], ops.shape(mask)[1], t, s))
+    if bias is not None:  # finite in the inputs' dtype: -inf would give NaN rows in float16
+        bias = ops.cast(ops.maximum(ops.cast(bias, "float32"), masking.large_negative(query.dtype)), query.dtype)
+        if implementation == "cudnn":
+            bias = ops.broadcast_to(bias, (ops.shape(bias)[0], ops.shape(bias)[1], t, s))
+    return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=scale,
+                                        is_causal=native_causal, implementation=implementation)
+
+
+def _rank4(attention_mask):
+    if attention_mask is None:
+        return None
+    mask = ops.cast(attention_mask, "bool")
+    return mask[:, None] if len(mask.shape) == 3 else mask
+
+
+def _band(query_length, key_length, causal, offset, window):
+    """(1, 1, T, S) causal rule and / or keras' window |offset + t - s| < W around query t, or None."""
+    if not causal and window is None:
+        return None
+    start = key_length - query_length if offset is None else offset
+    band = masking.causal_mask(query_length, key_length, start) if causal else None
+    if window is not None:
+        band = masking.combine_masks(band, masking.keras_window_mask(query_length, key_length, window, start))
+    return band[None, None]
