@@ -417,7 +417,9 @@ class MultiHeadAttention(keras.layers.Layer):
         head_query = (query_shape[0], query_shape[1], n, h)
         head_key = (key_shape[0], key_shape[1], n_kv, h)
         self._scorer = self._hooks.scorer
-        if self._fused_scale is None and not self._scorer.built:
+        # Built even where the fused dot / scaled-dot path never calls it (weightless): an unbuilt sublayer makes
+        # Keras trace the whole model again before every train_on_batch / test_on_batch / predict_on_batch.
+        if not self._scorer.built:
             self._scorer.build((None, query_shape[1], h), (None, key_shape[1], h))
         self._rotary = self._hooks.rotary
         if self._rotary is not None and not self._rotary.built:
