@@ -10,6 +10,7 @@ run under the TensorFlow and JAX backends.
 from attnlayers import (
     decoding,
     distribution,
+    fused,
     kv_cache,
     masking,
     normalization,

@@ -42,24 +42,32 @@ def platform():
     return jax.devices()[0].platform
 
 
-def compiled_by_xla():
-    """Whether the code being traced now is compiled by XLA: always under JAX; under TensorFlow inside a
+def compiled_by_xla(x):
+    """Whether ``x`` belongs to a computation XLA compiles: a JAX tracer (``jax.jit``), or a TensorFlow graph under
     ``tf.function(jit_compile=True)`` (``Model.compile(jit_compile=True)``; Keras' "auto" takes XLA only where a GPU
-    is visible), not in a plain graph or eagerly. Some fusions pay under XLA and cost in a TensorFlow graph.
+    is visible); not eager execution or a plain TensorFlow graph. Decided when tracing (a Python bool). Some
+    choices of speed depend on it: a cache written in place, a fusion that pays under XLA and costs in a graph.
 
-    Under TensorFlow this reads TensorFlow's own XLA context (``control_flow_util``, not public API); if that
-    moves, it says False: the choice it informs is one of speed, never of the result.
+    Under TensorFlow it reads TensorFlow's own XLA context (``control_flow_util``, not public API); if that moves,
+    it says False: the choices it informs are of speed, never of the result.
+
+    Args:
+        x: a tensor of the computation.
     """
     if _BACKEND == "jax":
-        return True
+        import jax
+
+        return isinstance(x, jax.core.Tracer)
     if _BACKEND != "tensorflow":
         return False
+    import tensorflow as tf
+
     try:
-        import tensorflow as tf
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:
+        from tensorflow.python.ops import control_flow_util  # TensorFlow's own test for XLA tracing
+    except ImportError:  # pragma: no cover - a TensorFlow without it: assume a plain graph
         return False
-    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+    graph = tf.compat.v1.get_default_graph()
+    return not tf.executing_eagerly() and bool(control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
 def kernel(dtype, head_size, value_head_size=None, explicit=False):

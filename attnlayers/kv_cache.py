@@ -29,7 +29,7 @@ Example:
 import keras
 from keras import ops
 
-from attnlayers import masking
+from attnlayers import fused, masking
 from attnlayers.validation import format_shape, positive_int
 
 __all__ = ["attend_one", "prefix_lengths", "update", "updates_in_place", "write_position"]
@@ -52,20 +52,7 @@ def updates_in_place(x):
     Returns:
         A Python bool, decided when tracing.
     """
-    if _BACKEND == "jax":
-        import jax
-
-        return isinstance(x, jax.core.Tracer)
-    if _BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        try:
-            from tensorflow.python.ops import control_flow_util  # TensorFlow's own test for XLA tracing
-        except ImportError:  # pragma: no cover - a TensorFlow without it: assume copies
-            return False
-        graph = tf.compat.v1.get_default_graph()
-        return not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(graph)
-    return False
+    return fused.compiled_by_xla(x)
 
 
 def prefix_lengths(max_length):

@@ -30,6 +30,7 @@ from attnlayers.validation import (
 )
 
 _SEQUENCE = "(batch, length, dim)"
+_BACKEND = keras.backend.backend()
 
 
 class AttentionOutputs(collections.namedtuple("AttentionOutputs", ["output", "scores", "cache"])):
@@ -711,7 +712,8 @@ class MultiHeadAttention(keras.layers.Layer):
         outside XLA: in a TensorFlow graph (what ``fit`` runs on a CPU) the concatenation and split cost more than
         the one larger matmul saves (benchmarks/README.md, "Fused QKV projection")."""
         layers = (self._query_dense, self._key_dense, self._value_dense)
-        if not (query is value and key is value) or self._key_dim != self._value_dim or not fused.compiled_by_xla():
+        if not (query is value and key is value) or self._key_dim != self._value_dim or not (
+                _BACKEND == "jax" or fused.compiled_by_xla(query)):
             return None
         if self._activity_regularizer is not None or any(
             type(layer) is not keras.layers.EinsumDense or getattr(layer, "lora_enabled", False)
