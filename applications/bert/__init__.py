@@ -21,7 +21,6 @@ from . import squad
 from .backbone import FEATURES, BertBackbone
 from .checkpoint import copy_keras_hub_weights, from_keras_hub, load_hf_checkpoint, save_hf_checkpoint
 from .config import PRESETS, BertConfig
-from .export import export_text_model
 from .heads import (
     IGNORE_LABEL,
     BertClassifier,
@@ -33,8 +32,16 @@ from .heads import (
     word_predictions,
 )
 from .pretrainer import BertMaskedLMHead, BertPretrainer, bert_optimizer
-from .pretraining_data import IS_NEXT, NOT_NEXT, MaskedLMMasker, is_truncated, pack, pretraining_dataset
-from .tokenizer import SPECIAL_TOKENS, BertTokenizer, train_vocabulary
+
+# The model, its heads and checkpoints are keras ops (they import without TensorFlow: the JAX backend on GPUs);
+# the tokenizer, the pretraining data, and the string-in SavedModels are TensorFlow (tf.data,
+# tensorflow-text), imported on first use.
+_LAZY = {
+    "export_text_model": "export",
+    **dict.fromkeys(("IS_NEXT", "NOT_NEXT", "MaskedLMMasker", "is_truncated", "pack", "pretraining_dataset"),
+                    "pretraining_data"),
+    **dict.fromkeys(("SPECIAL_TOKENS", "BertTokenizer", "train_vocabulary"), "tokenizer"),
+}
 
 __all__ = [
     "FEATURES", "IGNORE_LABEL", "IS_NEXT", "NOT_NEXT", "PRESETS", "SPECIAL_TOKENS", "BertBackbone",
@@ -43,3 +50,11 @@ __all__ = [
     "corpora", "decode_answers", "export_text_model", "from_keras_hub", "is_truncated", "load_hf_checkpoint", "pack", "pretraining_dataset",
     "save_hf_checkpoint", "span_context_mask", "squad", "train_vocabulary", "word_predictions",
 ]
+
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
