@@ -36,7 +36,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import run_script, start_runtime, usage_error  # noqa: E402
+from attnlayers.applications.core.cli import UsageError, run_script, start_runtime, usage_error  # noqa: E402
 
 PROG = os.path.basename(__file__)
 
@@ -107,10 +107,15 @@ def main(argv=None):
 
 
 def run(args):
+    import keras
+
     from attnlayers.applications.bert import recipes
     from attnlayers.applications.core.runtime import is_chief, worker_directory
 
     settings = settings_from_args(args)
+    if args.export is not None and not args.no_export and keras.backend.backend() != "tensorflow":
+        raise UsageError(f"--export writes a TensorFlow SavedModel, which needs KERAS_BACKEND=tensorflow (this run: "
+                         f"{keras.backend.backend()}); leave it out and OUT/model.weights.h5 is saved instead")
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     try:
         data = recipes.load_task(args.task, args.seed)

@@ -52,6 +52,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.epochs < 1:
         parser.error("--epochs must be at least 1")
+    if keras.backend.backend() != "tensorflow":
+        parser.error(f"the quickstart exports and reloads a TensorFlow SavedModel: it needs KERAS_BACKEND=tensorflow "
+                     f"(this run: {keras.backend.backend()}; examples/train_nmt.py trains under JAX)")
     try:
         strategy = core.runtime_from_args(args)
     except ValueError as error:

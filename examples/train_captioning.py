@@ -115,11 +115,14 @@ def main(argv=None):
 
 
 def run(args):
+    import keras
+
     from attnlayers import BeamSearch
     from attnlayers.applications import core
     from attnlayers.applications.captioning import data, predict
     from attnlayers.applications.captioning.recipes import build_captioner
     from attnlayers.applications.captioning.export import export_captioner
+    from attnlayers.applications.core.distribution import held_out_batch_size
 
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     splits, vocabulary = load_data(args)
@@ -144,14 +147,18 @@ def run(args):
     options = dict(batch_size=args.batch_size, image_size=args.image_size, max_length=args.max_length)
     features = {}
     # The cache is read through tf.numpy_function, which a TPU host cannot run: under TPUStrategy images are read.
-    if model.encoder.frozen and args.feature_cache != "none" and not core.static_shapes(strategy):
+    # (Under JAX, tf.data runs on the host anyway and prefetches: the cache is used.)
+    tpu = core.static_shapes(strategy) and keras.backend.backend() == "tensorflow"
+    if model.encoder.frozen and args.feature_cache != "none" and not tpu:
         from attnlayers.applications.captioning.features import cache_features
 
         for split in ("train", "validation"):
             print(f"{split} features of the frozen {args.encoder} -> {args.feature_cache}")
             features[split] = cache_features(model.encoder, getattr(splits, split), args.feature_cache)
-    options["drop_remainder"] = core.static_shapes(strategy)  # a TPU compiles static batches only
+    options["drop_remainder"] = core.static_shapes(strategy)  # TPU / XLA under JAX: static batches only
     train = data.make_dataset(splits.train, vocabulary, seed=args.seed, features=features.get("train"), **options)
+    if options["drop_remainder"]:  # a validation set smaller than one batch still gives one
+        options["batch_size"] = held_out_batch_size(strategy, args.batch_size, len(splits.validation))
     validation = data.make_dataset(splits.validation, vocabulary, shuffle=False, features=features.get("validation"),
                                    **options)
     with strategy.scope():
@@ -193,7 +200,8 @@ def run(args):
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(
         model, train, validation=validation, epochs=args.epochs, callbacks=callbacks, evaluate=evaluate_model,
-        pictures=None if args.attention == "none" else pictures, export=None if args.no_export else export,
+        pictures=None if args.attention == "none" else pictures,
+        export=None if args.no_export else core.saved_model_export(export, "captioner.weights.h5"),
         out_dir=out, record=record, verbose=args.verbose, strategy=strategy,
     )
     print(f"results: {result['results_path']}")

@@ -4,6 +4,8 @@ held-out perplexity beside a unigram baseline, and save it as a Hugging Face GPT
     python examples/train_gpt.py --minutes 15                          # the recommended run: 2 CPU cores
     python examples/train_gpt.py --config small --epochs 3 --strategy mirrored --precision mixed_bfloat16
     python examples/train_gpt.py --corpus text:my_corpus.txt --vocab-size 8000 --minutes 60
+    KERAS_BACKEND=jax python examples/train_gpt.py --config small --sequence-length 1024 --dropout 0.1 \
+        --strategy data-parallel --precision mixed_bfloat16 --batch-size 16 --minutes 60   # GPUs (README)
 
 Data: --corpus kjv (the King James Bible, a document per chapter and a line per verse, from the Debian packages
 diatheke and sword-text-kjv: apt-get install diatheke sword-text-kjv), or text:PATH (a UTF-8 text file, a blank
@@ -22,7 +24,8 @@ At the end the script prints the held-out perplexity (token-weighted, exact) bes
 token frequencies on the same held-out tokens), a few sampled continuations of held-out prompts, draws the
 perplexity per epoch (OUT/curves.png), and saves the model in OUT/checkpoint (config.json, model.safetensors,
 vocab.json, merges.txt: transformers.GPT2LMHeadModel.from_pretrained and examples/generate.py load it). --export DIR
-also writes a SavedModel. Training logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same
+also writes a SavedModel (TensorFlow backend only: under JAX, export OUT/checkpoint afterwards with
+examples/generate.py --export). Training logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same
 command again after an interruption and training resumes (core.BackupAndRestore).
 """
 
@@ -120,6 +123,8 @@ def main(argv=None):
 
 
 def run(args):
+    import keras
+
     from attnlayers.applications.core.runtime import is_chief, worker_directory
     from attnlayers.applications.gpt import recipes
 
@@ -128,6 +133,11 @@ def run(args):
             if not os.path.isfile(os.path.join(args.vocab, name)):
                 raise UsageError(f"--vocab {args.vocab}: no {name} there (a GPT-2 tokenizer directory holds vocab.json "
                                  "and merges.txt)")
+    if args.export is not None and keras.backend.backend() != "tensorflow":
+        raise UsageError(f"--export writes a TensorFlow SavedModel, which needs KERAS_BACKEND=tensorflow (this run: "
+                         f"{keras.backend.backend()}); train without it, then: KERAS_BACKEND=tensorflow python "
+                         f"examples/generate.py --checkpoint {os.path.join(args.out, recipes.CHECKPOINT_DIR)} --export "
+                         f"{args.export}")
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     documents = load_documents(args.corpus)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run

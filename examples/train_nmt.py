@@ -149,6 +149,7 @@ def run(args):
     from attnlayers import BeamSearch
     from attnlayers.applications import core, nmt
     from attnlayers.applications.nmt import evaluate, recipes
+    from attnlayers.applications.core.distribution import held_out_batch_size
     from attnlayers.applications.nmt.export import export_translator
 
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
@@ -170,11 +171,13 @@ def run(args):
           f"test sources {truncated['test']['sources']} (BLEU is computed on the truncated sources)")
     with warnings.catch_warnings():  # make_dataset's truncation warning: counted above
         warnings.filterwarnings("ignore", message=r".*are truncated", category=UserWarning)
-        static = dict(pad_to_max_length=True, drop_remainder=True) if core.static_shapes(strategy) else {}  # TPU
+        # A TPU, and XLA under JAX, compile static shapes only (else one compilation per padded length)
+        static = dict(pad_to_max_length=True, drop_remainder=True) if core.static_shapes(strategy) else {}
         train = nmt.make_dataset(splits.train, tokenizers, batch_size=args.batch_size, seed=args.seed, **lengths,
                                  **static)
-        validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=args.batch_size, shuffle=False,
-                                      **lengths, **static)
+        size = held_out_batch_size(strategy, args.batch_size, len(splits.validation)) if static else args.batch_size
+        validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=size, shuffle=False, **lengths,
+                                      **static)
 
     with strategy.scope():
         model, recipe_callbacks = recipes.build_recipe(
@@ -228,7 +231,8 @@ def run(args):
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(
         model, train, validation=validation, epochs=args.epochs, callbacks=callbacks, evaluate=evaluate_model,
-        pictures=None if args.model == "seq2seq" else pictures, export=None if args.no_export else export,
+        pictures=None if args.model == "seq2seq" else pictures,
+        export=None if args.no_export else core.saved_model_export(export, "translator.weights.h5"),
         out_dir=out, record=record, verbose=args.verbose, strategy=strategy,
     )
     print(f"results: {result['results_path']}")

@@ -312,6 +312,7 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     import tensorflow as tf
 
     from ..core import corpora, describe_runtime, run_recipe, static_shapes
+    from ..core.distribution import held_out_batch_size
     from .config import BertConfig
     from .pretrainer import BertPretrainer
     from .pretraining_data import pretraining_dataset
@@ -324,12 +325,19 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     os.makedirs(out_dir, exist_ok=True)
     tokenizer = pretraining_tokenizer(train_documents, settings.vocabulary_size, vocabulary,
                                       path=os.path.join(out_dir, "vocab.txt"))
+    static = static_shapes(strategy)  # a TPU (and XLA under JAX) compiles static batches only
     options = dict(sequence_length=settings.sequence_length, max_predictions=settings.max_predictions,
-                   batch_size=settings.batch_size, whole_word_masking=settings.whole_word_masking,
-                   drop_remainder=static_shapes(strategy))  # a TPU compiles static batches only
-    train = pretraining_dataset(train_documents, tokenizer, seed=settings.seed, **options)
+                   whole_word_masking=settings.whole_word_masking)
+    train = pretraining_dataset(train_documents, tokenizer, seed=settings.seed, batch_size=settings.batch_size,
+                                drop_remainder=static, **options)
     # One pass, cached: every epoch and the final evaluation see the same held-out masks.
-    held = pretraining_dataset(held_documents, tokenizer, seed=settings.seed + 1, shuffle=False, **options).cache()
+    held = pretraining_dataset(held_documents, tokenizer, seed=settings.seed + 1, shuffle=False,
+                               batch_size=settings.batch_size, **options).cache()
+    if static:  # whole batches of a multiple of the replicas, one at least when the held-out pairs are fewer
+        pairs = int(held.reduce(0, lambda count, batch: count + tf.shape(batch[1]["nsp"])[0]))
+        size = held_out_batch_size(strategy, settings.batch_size, pairs)
+        held = held.unbatch().batch(size, drop_remainder=True).cache().apply(
+            tf.data.experimental.assert_cardinality(pairs // size))
     config = BertConfig.preset(settings.config, vocabulary_size=tokenizer.vocabulary_size,
                                max_sequence_length=settings.sequence_length)
     with strategy.scope():
@@ -550,7 +558,8 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
     """
     import tensorflow as tf
 
-    from ..core import BestWeights, describe_runtime, run_recipe, static_shapes
+    from ..core import BestWeights, describe_runtime, run_recipe, saved_model_export, static_shapes
+    from ..core.distribution import held_out_batch_size, pad_to_replicas
     from .heads import BertClassifier, BertTokenClassifier, word_predictions
 
     strategy = strategy or tf.distribute.get_strategy()
@@ -576,9 +585,10 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
                                          for s in sizes)
           + f" examples, {len(data.labels)} labels; {what} cut at {length} pieces: "
           + ", ".join(f"{cut[s]} {s}" for s in cut), flush=True)
-    static = static_shapes(strategy)  # a TPU compiles static batches only
+    static = static_shapes(strategy)  # a TPU (and XLA under JAX) compiles static batches only
     train = _dataset(*encoded["train"][:2], settings.batch_size, seed=settings.seed, drop_remainder=static)
-    validation = _dataset(*encoded["validation"][:2], 256, drop_remainder=static)
+    size = held_out_batch_size(strategy, 256, len(encoded["validation"][1])) if static else 256
+    validation = _dataset(*encoded["validation"][:2], size, drop_remainder=static)
     with strategy.scope():
         if data.head == "tagger":
             model = BertTokenClassifier(backbone, num_tags=len(data.labels))
@@ -593,7 +603,8 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
 
     def evaluate(model):
         features, labels, word_ids = encoded["test"]
-        logits = model.predict(features, batch_size=256, verbose=0)
+        padded, n = pad_to_replicas(features, strategy)  # JAX's DataParallel splits every batch evenly
+        logits = model.predict(padded, batch_size=256, verbose=0)[:n]
         if data.head == "tagger":
             predicted = word_predictions(np.argmax(logits, -1), word_ids)
             gold = [[data.labels.index(t) if t in data.labels else -1 for _, t in s] for s in data.test]
@@ -628,7 +639,9 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
     return run_recipe(model, train, validation=validation, epochs=epochs,
                       callbacks=_callbacks(out_dir, settings.minutes, BestWeights("val_accuracy"), schedule,
                                            tensorboard, backup),
-                      evaluate=evaluate, export=None if export_dir is None else export, out_dir=out_dir,
+                      evaluate=evaluate, out_dir=out_dir,
+                      export=None if export_dir is None else saved_model_export(
+                          export, os.path.basename(os.path.normpath(export_dir)) + ".weights.h5"),
                       record=record, verbose=verbose, strategy=strategy, results_file=results_file)
 
 

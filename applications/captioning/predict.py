@@ -35,14 +35,19 @@ def load_images(caption_set, image_size):
 
 def caption_images(model, images, vocabulary, *, strategy="greedy", max_length=None, batch_size=100):
     """Captions of ``images`` (N, S, S, 3) uint8 as strings (the best beam for beam search)."""
+    import keras
     import tensorflow as tf
 
     strategy = get_strategy(strategy)
     max_length = model.generation_length(max_length)
-    decode = tf.function(lambda x: model.generate(x, max_length, strategy).tokens, autograph=False)
+    if keras.backend.backend() == "tensorflow":
+        function = tf.function(lambda x: model.generate(x, max_length, strategy).tokens, autograph=False)
+        decode = lambda x: function(tf.constant(x))  # noqa: E731
+    else:  # JAX: generate runs its loop in ops.while_loop (compiled); a tf.function cannot trace it
+        decode = lambda x: model.generate(x, max_length, strategy).tokens  # noqa: E731
     captions = []
     for start in range(0, len(images), batch_size):
-        tokens = decode(tf.constant(images[start : start + batch_size])).numpy()
+        tokens = np.asarray(decode(images[start : start + batch_size]))
         tokens = tokens[:, 0] if tokens.ndim == 3 else tokens  # beam search: (B, k, L) -> the best
         captions += [vocabulary.decode(row) for row in tokens]
     return captions
@@ -108,7 +113,7 @@ def plot_captions(model, caption_set, vocabulary, path, *, index=0, strategy="gr
 
     image = caption_set.images[index : index + 1]
     max_length = model.generation_length(max_length)
-    tokens = model.generate(tf.constant(image), max_length, get_strategy(strategy)).tokens.numpy()
+    tokens = np.asarray(model.generate(tf.constant(image), max_length, get_strategy(strategy)).tokens)
     tokens = tokens[:, 0] if tokens.ndim == 3 else tokens
     words = vocabulary.decode(tokens[0]).split()
     maps = model.attention_maps(image, tokens[:, : len(words) + 1])

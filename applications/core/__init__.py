@@ -29,7 +29,7 @@ from .callbacks import BestWeights, BudgetedLearningRate, ProgressLog, StepCount
 from .generation import GenerativeModel, Seq2SeqGenerator, check_token_ids
 from .losses import MaskedCrossEntropy
 from .metrics import MaskedAccuracy
-from .recipe import describe_training, run_recipe, training_summary
+from .recipe import describe_training, run_recipe, saved_model_export, training_summary
 from .runtime import (
     PRECISIONS,
     STRATEGIES,
@@ -70,6 +70,7 @@ __all__ = [
     "make_strategy",
     "run_recipe",
     "runtime_from_args",
+    "saved_model_export",
     "set_precision",
     "setup_runtime",
     "standard_callbacks",

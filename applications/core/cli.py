@@ -22,14 +22,18 @@ def usage_error(error):
 
 
 def start_runtime(args):
-    """The ``tf.distribute`` strategy and precision of ``--strategy`` / ``--precision`` (``runtime_from_args``,
-    before any other TensorFlow op), then the seed ``args.seed``; a value the runtime refuses is a UsageError."""
+    """The ``tf.distribute`` strategy (under JAX: the ``distribution.JaxRuntime``) and precision of ``--strategy`` /
+    ``--precision`` (``runtime_from_args``, before any other TensorFlow op), then the seed ``args.seed``; a value the
+    runtime refuses, or a ``--batch-size`` that does not split over JAX's devices, is a UsageError."""
     import keras
 
+    from .distribution import check_batch_size
     from .runtime import runtime_from_args
 
     try:
         strategy = runtime_from_args(args)
+        if getattr(args, "batch_size", None) is not None:
+            check_batch_size(strategy, args.batch_size)
     except ValueError as error:
         raise UsageError(str(error)) from None
     keras.utils.set_random_seed(args.seed)

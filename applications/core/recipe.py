@@ -94,6 +94,26 @@ def describe_training(summary):
             f"{summary['stopped_step']}{of} steps ({where})")
 
 
+def saved_model_export(export, weights_file):
+    """``export`` (``export(model, out_dir)``, writing a TensorFlow SavedModel) under the TensorFlow backend. Under
+    another backend (JAX), where a SavedModel cannot be written, a function that saves the model's weights to
+    ``out_dir/weights_file`` instead (``model.load_weights`` reads them into the same model built under TensorFlow,
+    which then exports) and says so."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        return export
+
+    def save_weights(model, out_dir):
+        path = os.path.join(out_dir, weights_file)
+        model.save_weights(path)
+        print(f"saved the weights in {path} (the SavedModel export needs KERAS_BACKEND=tensorflow; this run: "
+              f"{keras.backend.backend()})", flush=True)
+        return path
+
+    return save_weights
+
+
 def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluate=None, pictures=None,
                export=None, out_dir=None, record=None, fit_kwargs=None, verbose=1, strategy=None, build=True,
                results_file="results.json", print_fn=None):

@@ -2,7 +2,7 @@
 by one function from two flags that every example script shares.
 
     parser = argparse.ArgumentParser()
-    add_runtime_arguments(parser)            # --strategy none|mirrored|multi-worker|tpu, --precision ..., --tpu
+    add_runtime_arguments(parser)            # --strategy none|data-parallel|mirrored|multi-worker|tpu, --precision
     args = parser.parse_args()
     strategy = setup_runtime(args.strategy, args.precision, tpu=args.tpu)
     with strategy.scope():
@@ -23,7 +23,14 @@ Strategies:
   ``grpc://`` address; "" or "local" for a TPU VM). Data must have static shapes there
   (``make_dataset(..., pad_to_max_length=True, drop_remainder=True)`` in the NMT application).
 
+- ``data-parallel``: the name that works under both backends: ``mirrored`` under TensorFlow (synchronous data
+  parallelism over the local devices), ``keras.distribution.DataParallel`` under JAX.
+
 ``multi-worker`` and ``tpu`` raise a ValueError saying so where no cluster or TPU exists.
+
+Under ``KERAS_BACKEND=jax`` the strategies are ``none`` and ``data-parallel`` only (``distribution.jax_runtime``,
+which returns a ``distribution.JaxRuntime`` in place of the strategy: ``scope()``, ``num_replicas_in_sync``); a
+``tf.distribute`` name raises a ValueError naming ``data-parallel``.
 
 Precisions (Keras dtype policies, Micikevicius et al. 2018): ``float32``; ``mixed_float16`` (float16
 compute, float32 variables, dynamic loss scaling added by ``Model.compile``; for GPUs); ``mixed_bfloat16``
@@ -41,9 +48,10 @@ import keras
 
 from attnlayers.validation import one_of
 
-STRATEGIES = ("none", "mirrored", "multi-worker", "tpu")
+STRATEGIES = ("none", "data-parallel", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-_ALIASES = {"default": "none", "multi_worker": "multi-worker", "multiworker": "multi-worker"}
+_ALIASES = {"default": "none", "multi_worker": "multi-worker", "multiworker": "multi-worker",
+            "data_parallel": "data-parallel"}
 
 
 def _strategy_name(text):
@@ -56,9 +64,10 @@ def add_runtime_arguments(parser):
     group = parser.add_argument_group("runtime (where and in what precision the model trains)")
     group.add_argument(
         "--strategy", type=_strategy_name, choices=STRATEGIES, default="none",
-        help="tf.distribute strategy: none (one device), mirrored (all local GPUs, or the logical CPUs), "
-             "multi-worker (MultiWorkerMirroredStrategy; set TF_CONFIG on every worker), tpu (TPUStrategy; "
-             "see --tpu) (default: none)",
+        help="none (one device); data-parallel (every local device: keras.distribution.DataParallel under "
+             "KERAS_BACKEND=jax, MirroredStrategy under tensorflow); TensorFlow only: mirrored (MirroredStrategy "
+             "over all local GPUs, or the logical CPUs), multi-worker (MultiWorkerMirroredStrategy; set TF_CONFIG "
+             "on every worker), tpu (TPUStrategy; see --tpu) (default: none)",
     )
     group.add_argument(
         "--precision", choices=PRECISIONS, default="float32",
@@ -71,23 +80,30 @@ def add_runtime_arguments(parser):
 
 
 def make_strategy(name="none", *, tpu=None, devices=None):
-    """The ``tf.distribute.Strategy`` named ``name`` (one of :data:`STRATEGIES`).
+    """The ``tf.distribute.Strategy`` named ``name`` (one of :data:`STRATEGIES`); under the JAX backend the
+    :class:`~attnlayers.applications.core.distribution.JaxRuntime` of ``distribution.jax_runtime(name)``.
 
     Args:
-        name: "none", "mirrored", "multi-worker" or "tpu".
+        name: "none", "data-parallel" (= "mirrored" under TensorFlow), "mirrored", "multi-worker" or "tpu".
         tpu: for "tpu", the TPU name or address (None: a local TPU VM).
-        devices: for "mirrored", the devices to mirror over (default: every GPU, else every logical CPU).
+        devices: for "mirrored" / "data-parallel", the devices (default: every GPU, else every logical CPU).
 
     Raises:
-        ValueError: an unknown name, or a multi-worker / TPU strategy where no cluster / TPU is available.
+        ValueError: an unknown name, a multi-worker / TPU strategy where no cluster / TPU is available, or a
+            ``tf.distribute`` strategy under the JAX backend.
     """
+    name = one_of(_strategy_name(name), "strategy", STRATEGIES)
+    if keras.backend.backend() == "jax":  # keras.distribution, not tf.distribute
+        from .distribution import jax_runtime
+
+        return jax_runtime(name, devices)
+
     import tensorflow as tf
 
-    name = one_of(_strategy_name(name), "strategy", STRATEGIES)
     if name == "none":
         return tf.distribute.get_strategy()
     _keras_distribution_fixes()
-    if name == "mirrored":
+    if name in ("mirrored", "data-parallel"):
         if devices is None:
             gpus = tf.config.list_logical_devices("GPU")
             devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
@@ -254,9 +270,12 @@ def worker_directory(out_dir, strategy=None):
 
 
 def static_shapes(strategy=None):
-    """Whether ``strategy`` needs every batch in static shapes (a ``TPUStrategy``, which compiles each step with
-    XLA): the example scripts then pad sequences to their fixed maximum lengths and batch with
-    ``drop_remainder=True`` (the last, smaller batch is dropped). False for every other strategy."""
+    """Whether ``strategy`` needs every batch in static shapes: a ``TPUStrategy``, which compiles each step with
+    XLA, and every JAX runtime (XLA compiles the step again for each new batch shape, and ``DataParallel`` splits
+    each batch evenly over the devices). The example scripts then pad sequences to their fixed maximum lengths and
+    batch with ``drop_remainder=True`` (the last, smaller batch is dropped). False for every other strategy."""
+    if keras.backend.backend() == "jax":
+        return True
     import tensorflow as tf
 
     return isinstance(strategy, tf.distribute.TPUStrategy)
@@ -264,7 +283,7 @@ def static_shapes(strategy=None):
 
 def describe_runtime(strategy):
     """One line: the strategy, its replicas and the dtype policy, e.g. "MirroredStrategy, 2 replicas, float32"."""
-    name = type(strategy).__name__
+    name = getattr(strategy, "runtime_name", None) or type(strategy).__name__
     if name.startswith("_Default"):
         name = "default strategy"
     return (f"{name}, {strategy.num_replicas_in_sync} replica"

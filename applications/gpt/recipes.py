@@ -208,6 +208,14 @@ def export_saved_model(model, tokenizer, directory):
     return directory
 
 
+def _whole_batches(windows, mask, batch_size, pad_token_id):
+    """The windows followed by fully masked ones (weight 0 at every label) up to a multiple of ``batch_size``: with
+    ``drop_remainder`` every held-out token is still evaluated, and the perplexity stays exact."""
+    extra = -len(windows) % batch_size
+    return (np.concatenate([windows, np.full((extra, windows.shape[1]), pad_token_id, windows.dtype)]),
+            np.concatenate([mask, np.zeros((extra, mask.shape[1]), bool)]))
+
+
 def _epochs(epochs, minutes):
     if epochs is not None:
         return epochs
@@ -262,9 +270,10 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
     train_ids, held_ids = data.tokenize_documents(train_texts, tokenizer), data.tokenize_documents(held_texts, tokenizer)
     train_windows = data.lm_windows(data.token_stream(train_ids, end), settings.sequence_length, end)
     held_windows = data.lm_windows(data.token_stream(held_ids, end), settings.sequence_length, end)
-    static = static_shapes(strategy)  # a TPU compiles static batches only
+    static = static_shapes(strategy)  # a TPU (and XLA under JAX) compiles static batches only
     train = data.lm_dataset(*train_windows, settings.batch_size, seed=settings.seed, drop_remainder=static)
-    held = data.lm_dataset(*held_windows, settings.batch_size, drop_remainder=static)
+    held = data.lm_dataset(*(_whole_batches(*held_windows, settings.batch_size, end) if static else held_windows),
+                           settings.batch_size, drop_remainder=static)
     counts = data.label_counts(*train_windows, tokenizer.vocabulary_size)
     held_labels = data.lm_examples(*held_windows)[1][held_windows[1][:, 1:]]
     config = GPTConfig.preset(settings.config, vocabulary_size=tokenizer.vocabulary_size,

@@ -4,13 +4,15 @@
     bleu, hypotheses = evaluate_bleu(model, tokenizers, splits.test)         # sacrebleu, 0-100
     plot_alignment(model, tokenizers, source, reference, "alignment.png")     # Bahdanau et al. Fig. 3
 
-TensorFlow only (tf.data / tf.function / tokenizers); the models themselves are backend-agnostic.
+TensorFlow's tf.data and tokenizers; the models themselves are backend-agnostic (under JAX, decoding runs
+``model.generate`` directly instead of in a ``tf.function``).
 """
 
 from __future__ import annotations
 
 import warnings
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -38,6 +40,8 @@ def encode_sources(tokenizer, texts, max_length):
 
 
 def _decode_function(model, max_length, strategy, jit_compile):
+    if keras.backend.backend() != "tensorflow":  # JAX: generate runs its loop in ops.while_loop (compiled)
+        return lambda ids: model.generate(np.asarray(ids), max_length, strategy)
     key = ("_nmt_decode", max_length, repr(strategy), jit_compile)
     cache = model.__dict__.setdefault("_nmt_decode_functions", {})
     if key not in cache:
@@ -71,7 +75,7 @@ def translate_ids(model, source_ids, *, max_length=64, strategy="greedy", batch_
     special = _special_ids(model)
     results = []
     for start in range(0, len(source_ids), batch_size):
-        tokens = decode(source_ids[start : start + batch_size]).tokens.numpy()
+        tokens = np.asarray(decode(source_ids[start : start + batch_size]).tokens)
         if isinstance(strategy, BeamSearch):
             tokens = tokens[:, 0]
         results.extend(strip_special(row, **special) for row in tokens)

@@ -65,3 +65,24 @@ def test_unavailable_strategies_fail_clearly(monkeypatch):
         core.make_strategy("horovod")
     with pytest.raises(ValueError, match="Unknown `precision`"):
         core.set_precision("float8")
+
+
+def test_data_parallel_is_mirrored_under_tensorflow_and_the_jax_names_are_checked():
+    import tensorflow as tf
+
+    from attnlayers.applications.core import distribution
+
+    strategy = core.setup_runtime("data-parallel")  # the name both backends take
+    assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 2
+    # Under KERAS_BACKEND=jax (make_strategy hands the name to jax_runtime), a tf.distribute name says what to use.
+    with pytest.raises(ValueError, match="needs KERAS_BACKEND=tensorflow.*--strategy data-parallel"):
+        distribution.jax_runtime("mirrored")
+    two = distribution.JaxRuntime("data-parallel", object(), ["gpu:0", "gpu:1"])
+    assert two.num_replicas_in_sync == 2 and two.runtime_name == "JAX DataParallel (gpu)"
+    distribution.check_batch_size(two, 8)
+    with pytest.raises(ValueError, match="--batch-size 7 does not split evenly over the 2 devices"):
+        distribution.check_batch_size(two, 7)
+    distribution.check_batch_size(strategy, 7)  # tf.distribute splits any batch
+    (x, y), n = distribution.pad_to_replicas((np.arange(5), np.arange(10).reshape(5, 2)), two)
+    assert n == 5 and x.tolist() == [0, 1, 2, 3, 4, 4] and y.shape == (6, 2)
+    assert distribution.pad_to_replicas(np.arange(5), strategy)[1] == 5

@@ -200,3 +200,4 @@ def test_flags_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         script.parse_args(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
