@@ -7,23 +7,13 @@ import json
 import math
 import os
 import pathlib
-import random
 import subprocess
 import sys
 
 import pytest
+from texts import write_documents
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-NOUNS = ["king", "people", "city", "house", "land", "servant", "son", "lord", "water", "bread"]
-VERBS = ["saw", "built", "gave", "found", "kept", "took", "blessed", "sent"]
-
-
-def _text(path):
-    rng = random.Random(0)
-    documents = ["\n".join(f"and the {rng.choice(NOUNS)} {rng.choice(VERBS)} the {rng.choice(NOUNS)} of the "
-                           f"{rng.choice(NOUNS)}." for _ in range(6)) for _ in range(20)]
-    path.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-    return path
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax (the jax extra)")
@@ -32,7 +22,7 @@ def test_the_script_trains_under_jax_data_parallel_in_bfloat16(tmp_path):
     set before the model is built, each batch of 40 windows split over them, XLA-compiled steps in mixed_bfloat16,
     2 steps (the 94 training windows in whole batches: static shapes), then the held-out evaluation (padded to whole
     batches: every held-out token counted) and the Hugging Face checkpoint."""
-    corpus, out = _text(tmp_path / "corpus.txt"), tmp_path / "run"
+    corpus, out = write_documents(tmp_path / "corpus.txt"), tmp_path / "run"
     argv = ["--config", "tiny", "--vocab-size", "300", "--sequence-length", "16", "--batch-size", "40", "--epochs",
             "1", "--held-out", "0.2", "--verbose", "2", "--strategy", "data-parallel", "--precision", "mixed_bfloat16",
             "--corpus", f"text:{corpus}", "--out", str(out)]

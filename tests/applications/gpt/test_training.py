@@ -8,11 +8,11 @@ import importlib.util
 import io
 import json
 import pathlib
-import random
 
 import keras
 import numpy as np
 import pytest
+from texts import write_documents
 
 pytest.importorskip("tensorflow_text")
 pytest.importorskip("tokenizers")
@@ -20,18 +20,8 @@ pytest.importorskip("tokenizers")
 from attnlayers.applications.gpt import data, recipes  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-NOUNS = ["king", "people", "city", "house", "land", "servant", "son", "lord", "water", "bread"]
-VERBS = ["saw", "built", "gave", "found", "kept", "took", "blessed", "sent"]
 FLAGS = ["--config", "tiny", "--vocab-size", "300", "--sequence-length", "16", "--batch-size", "8", "--epochs", "2",
          "--learning-rate", "3e-3", "--held-out", "0.2", "--no-jit", "--verbose", "0"]
-
-
-def _text(path):
-    rng = random.Random(0)
-    documents = ["\n".join(f"and the {rng.choice(NOUNS)} {rng.choice(VERBS)} the {rng.choice(NOUNS)} of the "
-                           f"{rng.choice(NOUNS)}." for _ in range(6)) for _ in range(20)]
-    path.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-    return path
 
 
 def _settings(**overrides):
@@ -53,7 +43,7 @@ def trained(tmp_path_factory):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     folder = tmp_path_factory.mktemp("gpt")
-    corpus, out = _text(folder / "corpus.txt"), folder / "run"
+    corpus, out = write_documents(folder / "corpus.txt"), folder / "run"
     run_training = recipes.run_training
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(recipes, "run_training", lambda *a, **k: run_training(*a, callbacks=[Keep()], **k))
@@ -158,7 +148,7 @@ def test_checkpoint_loads_back_with_the_same_logits(trained):
 
 
 def test_an_interrupted_run_resumes_from_its_backup(tmp_path):
-    documents = data.read_text_documents(_text(tmp_path / "corpus.txt"))
+    documents = data.read_text_documents(write_documents(tmp_path / "corpus.txt"))
 
     class Interrupted(Exception):
         pass
