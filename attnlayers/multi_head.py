@@ -710,7 +710,7 @@ class MultiHeadAttention(keras.layers.Layer):
         matmul forward and backward instead of three. None (use the three layers) for other calls, or when a
         projection does more than x W + b (LoRA, quantization, an activity regularizer, an overridden call), and
         outside XLA: in a TensorFlow graph (what ``fit`` runs on a CPU) the concatenation and split cost more than
-        the one larger matmul saves (benchmarks/README.md, "Fused QKV projection")."""
+        the one larger matmul saves (benchmarks/README.md, "The fused QKV projection, by compile mode")."""
         layers = (self._query_dense, self._key_dense, self._value_dense)
         if not (query is value and key is value) or self._key_dim != self._value_dim or not (
                 _BACKEND == "jax" or fused.compiled_by_xla(query)):
