@@ -129,11 +129,16 @@ def fused_attention(query, key, value, bias=None, *, query_mask=None, key_mask=N
         _rank4(attention_mask),
         _band(t, s, causal and not native_causal, offset, window),
     )
-    if mask is not None and implementation == "cudnn":  # cuDNN reads a mask only as a full (., ., T, S) bias
-        mask = ops.broadcast_to(mask, (ops.shape(mask)[0], ops.shape(mask)[1], t, s))
     if bias is not None:  # finite in the inputs' dtype: -inf would give NaN rows in float16
-        bias = ops.cast(ops.maximum(ops.cast(bias, "float32"), masking.large_negative(query.dtype)), query.dtype)
-        if implementation == "cudnn":
+        negative = masking.large_negative(query.dtype)
+        bias = ops.maximum(ops.cast(bias, "float32"), negative)
+        if mask is not None:  # the mask selected into the bias: cuDNN would add the two large negatives (-inf)
+            bias, mask = ops.where(mask, bias, negative), None
+        bias = ops.cast(bias, query.dtype)
+    if implementation == "cudnn":  # cuDNN reads a mask only as a full (., ., T, S) bias
+        if mask is not None:
+            mask = ops.broadcast_to(mask, (ops.shape(mask)[0], ops.shape(mask)[1], t, s))
+        if bias is not None:
             bias = ops.broadcast_to(bias, (ops.shape(bias)[0], ops.shape(bias)[1], t, s))
     return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=scale,
                                         is_causal=native_causal, implementation=implementation)

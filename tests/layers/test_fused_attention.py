@@ -63,11 +63,14 @@ CASES = {
     "causal sliding window": ({"sliding_window": 3}, {"use_causal_mask": True}),
     "alibi bias": ({"position_bias": ALiBi(N)}, {"use_causal_mask": True}),
     "attention bias": ({}, {"attention_bias": np.linspace(-2, 2, T * T, dtype="float32").reshape(1, 1, T, T)}),
+    # An additive mask of -1e9 on top of a padding mask and a fully masked row: never -inf, never NaN.
+    "additive mask and padding": ({}, {"attention_bias": np.triu(np.full((1, 1, T, T), -1e9, "float32"), 1),
+                                       "value_mask": np.array([[False] * T, [True] * 4 + [False] * 2])}),
 }
 
 
-# bfloat16 on the cases where rounding meets masking (padding, GQA + rotary, a bias).
-HALF_CASES = ("right and left padding, causal", "gqa, rotary", "alibi bias")
+# bfloat16 on the cases where rounding meets masking (padding, GQA + rotary, a large negative bias).
+HALF_CASES = ("right and left padding, causal", "gqa, rotary", "additive mask and padding")
 
 
 @jax_only
@@ -87,7 +90,7 @@ def test_fused_route_equals_the_exact_route(case, dtype):
     for name, a, b in zip(["output"] + [f"gradient {i}" for i in range(len(got) - 1)], got, want):
         scale = max(1.0, float(np.abs(b).max()))  # relative to the size of the values
         assert np.abs(a - b).max() <= TOLERANCE[dtype] * scale, (case, dtype, name, np.abs(a - b).max())
-    if case == "a fully masked row":
+    if case in ("a fully masked row", "additive mask and padding"):
         assert np.all(got[0][0] == 0) and np.all(np.isfinite(np.concatenate([g.ravel() for g in got])))
 
 
