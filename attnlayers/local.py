@@ -275,11 +275,24 @@ class LocalAttention(Attention):
         training=None,
         start_index=0,
     ):
+        if getattr(key if key is not None else value, "shape", (None, None))[1] == 0:
+            return self._no_keys(query, value, key, query_mask, attention_mask, return_attention_scores)
         attend = self._attend if self.implementation == "masked" else self._attend_windowed
         return attend(
             query, value, key, query_mask, value_mask, attention_mask, use_causal_mask,
             return_attention_scores, training, index=start_index,
         )
+
+    def _no_keys(self, query, value, key, query_mask, attention_mask, return_attention_scores):
+        """S = 0: a window has nothing to gather from, and every query sees nothing: the context is 0 (as in every
+        layer of the library) and the weights are (B, T, 0)."""
+        query, value, *_, single_step = self._call_inputs(query, value, key, query_mask, attention_mask)
+        lead = tuple(ops.shape(query)[:2])
+        context = ops.zeros(lead + (value.shape[-1],), self.compute_dtype)
+        weights = ops.zeros(lead + (0,), self.compute_dtype)
+        if single_step:
+            context, weights = ops.squeeze(context, 1), ops.squeeze(weights, 1)
+        return (context, weights) if return_attention_scores else context
 
     def get_config(self):
         return {

@@ -395,3 +395,12 @@ def test_windowed_builds_no_target_by_source_tensor(mode, rng):
 
     assert dense(_intermediate_shapes(masked, q, v))  # the check sees the masked path's (B, T, S) tensors
     assert not dense(_intermediate_shapes(windowed, q, v))
+
+
+@pytest.mark.parametrize("mode", ["local-p", "local-m"])
+def test_no_key_at_all_gives_zeros(mode):
+    """S = 0: every query sees nothing and outputs 0 (the windowed gather failed with GatherV2 on an empty axis)."""
+    query, value = np.ones((2, 3, 8), "float32"), np.zeros((2, 0, 8), "float32")
+    context, weights = al.LocalAttention(window=2, mode=mode)(query, value, return_attention_scores=True)
+    assert tuple(context.shape) == (2, 3, 8) and tuple(weights.shape) == (2, 3, 0)
+    assert np.all(ops.convert_to_numpy(context) == 0)
