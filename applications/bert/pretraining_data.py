@@ -73,24 +73,63 @@ def _check_sequence_length(sequence_length, pair: bool):
     return int(sequence_length)
 
 
+_EXPECTED_IDS = ("integer token ids: a (B, None) ragged tensor, a (B, T) tensor, a list of lists of ints, or one "
+                 "example (T,)")
+
+
+def _ids_error(name, received, dtype=None):
+    hint = ""
+    if dtype is not None and dtype == tf.string:
+        hint = " Raw text must first go through the tokenizer: pass `tokenizer.tokenize(texts)`."
+    return ValueError(f"`{name}` must hold {_EXPECTED_IDS}; received {received}.{hint}")
+
+
 def _as_segments(segments, name):
     """Token ids as a (B, None) int32 RaggedTensor, and whether one unbatched example was given."""
+    if isinstance(segments, (str, bytes)):
+        raise _ids_error(name, f"a string {segments[:40]!r}", tf.string)
     if isinstance(segments, (list, tuple)):
-        segments = tf.ragged.constant(segments, dtype=tf.int32)
+        try:
+            segments = tf.ragged.constant(segments)  # dtype inferred, so that floats and strings are not cast
+        except (TypeError, ValueError) as error:
+            raise _ids_error(name, f"a list that is not a (B, None) or (T,) nest of ints ({error})") from None
+        values = segments.flat_values if isinstance(segments, tf.RaggedTensor) else segments
+        if segments.dtype == tf.float32 and values.shape.num_elements() == 0:
+            segments = tf.cast(segments, tf.int32)  # empty lists: no token to infer a dtype from
     if not isinstance(segments, tf.RaggedTensor):
-        segments = tf.convert_to_tensor(segments)
+        try:
+            segments = tf.convert_to_tensor(segments)
+        except (TypeError, ValueError) as error:
+            raise _ids_error(name, f"{type(segments).__name__} that is not a tensor of ints ({error})") from None
     rank = segments.shape.rank
     if rank not in (1, 2) or not segments.dtype.is_integer:
-        raise ValueError(
-            f"`{name}` must hold integer token ids, (B, None) ragged, (B, T) or (T,); received {segments.dtype.name} "
-            f"of shape {segments.shape}."
-        )
+        raise _ids_error(name, f"{segments.dtype.name} of shape {segments.shape}", segments.dtype)
     single = rank == 1
     if single:
         segments = segments[tf.newaxis]
     if not isinstance(segments, tf.RaggedTensor):
         segments = tf.RaggedTensor.from_tensor(segments)
     return tf.cast(segments, tf.int32), single
+
+
+def _check_batch_sizes(a, b):
+    """A and B must have one row each per example: a static ValueError when both batch sizes are known, else a
+    graph assertion (mismatched rows would make the packing kernels read out of bounds)."""
+    rows_a, rows_b = a.shape[0], b.shape[0]
+    if rows_a is not None and rows_b is not None:
+        if rows_a != rows_b:
+            raise ValueError(f"`segments_a` and `segments_b` must have the same batch size (one B per A); received "
+                             f"batch size {rows_a} for segments_a and {rows_b} for segments_b.")
+        return a, b
+    check = tf.debugging.Assert(
+        tf.equal(a.nrows(), tf.cast(b.nrows(), a.row_splits.dtype)),
+        ["`segments_a` and `segments_b` must have the same batch size (one B per A); received batch size",
+         a.nrows(), "for segments_a and", b.nrows(), "for segments_b."],
+    )
+    with tf.control_dependencies([check]):
+        a = tf.RaggedTensor.from_row_splits(tf.identity(a.values), tf.identity(a.row_splits), validate=False)
+        b = tf.RaggedTensor.from_row_splits(tf.identity(b.values), tf.identity(b.row_splits), validate=False)
+    return a, b
 
 
 def _segments(segments_a, segments_b):
@@ -101,7 +140,7 @@ def _segments(segments_a, segments_b):
     if single != single_b:
         raise ValueError("`segments_a` and `segments_b` must both be batches or both single examples; received one "
                          "of each.")
-    return [a, b], single
+    return list(_check_batch_sizes(a, b)), single
 
 
 def is_truncated(segments_a, segments_b=None, *, sequence_length: int):
@@ -132,6 +171,11 @@ def pack(segments_a, segments_b=None, *, sequence_length: int, tokenizer):
     Returns:
         {"token_ids": int32 (B, L), "segment_ids": int32 (B, L) (0 for [CLS] A [SEP] and padding, 1 for B [SEP]),
         "padding_mask": bool (B, L)} (each (L,) for one example): keras-hub's BERT input names.
+
+    Raises:
+        ValueError: when the segments are not integer token ids (raw text must go through `tokenizer.tokenize`
+            first), or when A and B have different batch sizes (checked when the graph runs if the batch sizes are
+            not known statically).
     """
     segments, single = _segments(segments_a, segments_b)
     sequence_length = _check_sequence_length(sequence_length, len(segments) == 2)

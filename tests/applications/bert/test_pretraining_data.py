@@ -111,6 +111,56 @@ def test_pack_errors(tokenizer):
         pack(tf.zeros([1, 2, 3], tf.int32), sequence_length=8, tokenizer=tokenizer)
 
 
+BATCH_MISMATCH = r"`segments_a` and `segments_b` must have the same batch size.*batch size {} for segments_a and {} " \
+                 r"for segments_b"
+
+
+def test_pack_rejects_segments_of_different_batch_sizes(tokenizer):
+    # lists gave uninitialised memory as ids, B longer than A dropped rows, the tokenizer's output segfaulted
+    for a, b in (([[5, 6], [7]], [[8]]), ([[5, 6]], [[8], [9]])):
+        with pytest.raises(ValueError, match=BATCH_MISMATCH.format(len(a), len(b))):
+            pack(a, b, sequence_length=8, tokenizer=tokenizer)
+        with pytest.raises(ValueError, match=BATCH_MISMATCH.format(len(a), len(b))):
+            is_truncated(a, b, sequence_length=8)
+    with pytest.raises(ValueError, match=BATCH_MISMATCH.format(2, 1)):
+        pack(tokenizer.tokenize(["w1 w2", "w3"]), tokenizer.tokenize(["w4"]), sequence_length=8, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=BATCH_MISMATCH.format(1, 2)):
+        pack(tf.constant([[5, 6]]), tf.ragged.constant([[8], [9, 10]]), sequence_length=8, tokenizer=tokenizer)
+
+
+def test_pack_checks_batch_sizes_in_graphs(tokenizer):
+    spec = tf.RaggedTensorSpec([None, None], tf.int32)  # batch sizes unknown when traced: checked when run
+    packed = tf.function(lambda a, b: pack(a, b, sequence_length=8, tokenizer=tokenizer)["token_ids"],
+                         input_signature=[spec, spec])
+    truncated = tf.function(lambda a, b: is_truncated(a, b, sequence_length=8), input_signature=[spec, spec])
+    a, b = tf.ragged.constant([[5, 6], [7]]), tf.ragged.constant([[8], [9]])
+    np.testing.assert_array_equal(packed(a, b), pack(a, b, sequence_length=8, tokenizer=tokenizer)["token_ids"])
+    for function in (packed, truncated):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"must have the same batch size.*\[2\].*segments_a"
+                                                                 r".*\[1\].*segments_b"):
+            function(a, b[:1])
+
+
+def test_pack_asks_for_token_ids(tokenizer):
+    expected = r"must hold integer token ids: a \(B, None\) ragged tensor, a \(B, T\) tensor, a list of lists of ints"
+    tokenize_first = r".*Raw text must first go through the tokenizer: pass `tokenizer.tokenize\(texts\)`"
+    for text in ("w1 w2", ["w1 w2", "w3"], [["w1", "w2"]], tf.constant(["w1 w2"])):
+        with pytest.raises(ValueError, match=r"`segments_a` " + expected + r".*string" + tokenize_first):
+            pack(text, sequence_length=8, tokenizer=tokenizer)
+        with pytest.raises(ValueError, match=r"`segments_b` " + expected + tokenize_first):
+            pack([[5]] if isinstance(text, (list, tf.Tensor)) else [5], text, sequence_length=8, tokenizer=tokenizer)
+    for floats in ([[0.5, 1.5]], [1.0], tf.constant([[0.5]]), tf.ragged.constant([[0.5], []])):
+        with pytest.raises(ValueError, match=r"`segments_a` " + expected + r".*received float32"):
+            pack(floats, sequence_length=8, tokenizer=tokenizer)
+        with pytest.raises(ValueError, match=r"`segments_a` " + expected + r".*received float32"):
+            is_truncated(floats, sequence_length=8)
+    with pytest.raises(ValueError, match=r"`segments_a` " + expected + r".*received a list"):
+        pack([[5, "w1"]], sequence_length=8, tokenizer=tokenizer)
+    # empty segments are still token ids
+    np.testing.assert_array_equal(pack([[], []], [[5], []], sequence_length=5, tokenizer=tokenizer)["token_ids"],
+                                  [[CLS, SEP, 5, SEP, PAD], [CLS, SEP, SEP, PAD, PAD]])
+
+
 # --------------------------------------------------------------------------------------------------
 # Next sentence prediction pairs
 
