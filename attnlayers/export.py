@@ -38,6 +38,24 @@ def _variables(track):
     return variables
 
 
+def assert_rank(tensor, rank, name, expected):
+    """``tensor`` after an in-graph assertion that its rank at run time is ``rank``.
+
+    A SavedModel's ``signatures[...]`` check their inputs' dtypes but not their shapes: a scalar string fed to a
+    ``(None,)`` input reaches the graph, where ``tf.rank`` is constant-folded from the declared shape. This
+    computes the rank from the run-time shape, and fails with ``InvalidArgumentError`` naming the input
+    (``name``) and its expected shape (``expected``, e.g. "(batch,)") instead of a shape error deep inside.
+    """
+    shape = tf.shape(tensor)
+    actual = tf.size(tf.boolean_mask(shape, shape >= 0))  # not folded: boolean_mask's length is dynamic
+    check = tf.debugging.Assert(
+        tf.equal(actual, rank),
+        [f"`{name}` must have shape {expected} (rank {rank}); received a tensor of rank", actual, "and shape", shape],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)
+
+
 def _default_prepare(token_ids, padding_mask):
     return {"prompt": token_ids, "prompt_mask": padding_mask}
 
@@ -204,6 +222,12 @@ def export_generate(
             int32 (B,); with :class:`~attnlayers.decoding.BeamSearch`, (B, t, L) and (B, t). With a tokenizer,
             also ``text`` string (B,) or (B, t): the detokenized generated tokens (prompt, stop token and
             padding left out, cut before a stop string). With ``truncation="left"``, also ``truncated``.
+        Input checks: ``text`` of another rank than 1 (a scalar string fed through ``signatures[...]``, which
+        check dtypes but not shapes) fails an ``InvalidArgumentError`` assertion naming ``text`` and its shape
+        (batch,): wrap a single prompt in a list. A wrong dtype is refused by TensorFlow before the graph runs
+        (``loaded.generate``: "Can not cast TensorSpec..."; ``signatures[...]``: "input #N(zero-based) was
+        expected to be a ... tensor", N the input's position among the signature's inputs); the SavedModel
+        cannot reword those.
 
     Example:
     >>> export_generate("/tmp/gpt", lm_next, 64, BeamSearch(4, 2), track=[embedding, decoder],
@@ -347,7 +371,7 @@ def export_generate(
         return outputs(decode((source,), seed, checked(values)))
 
     def from_text(text, seed, values=None):
-        ids = tokenizer.tokenize(text)
+        ids = tokenizer.tokenize(assert_rank(text, 1, "text", "(batch,): one string per prompt"))
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         while ids.ragged_rank > 1:  # tokenizers that return (batch, words, pieces)

@@ -32,6 +32,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from attnlayers.export import assert_rank
+
 from .backbone import BertBackbone
 from .heads import BertClassifier, BertTokenClassifier
 from .pretraining_data import is_truncated, pack
@@ -117,6 +119,13 @@ def export_text_model(model, tokenizer, path, *, sequence_length=128, task="clas
     tokens ([CLS] and [SEP] included, padding excluded, as sentence-transformers' mean pooling), L2-normalised.
     Module variables: ``sequence_length`` and, for "classifier" and "tagger", ``label_names`` string (K,).
 
+    Inputs are checked: ``text`` and ``text_pair`` must be string tensors of shape (batch,) in every signature; a
+    scalar string (which ``signatures[...]``, checking dtypes but not shapes, let through) or a rank-2 tensor
+    fails an ``InvalidArgumentError`` assertion naming the input and the shape (batch,): wrap a single text in a
+    list. A wrong dtype is refused by TensorFlow before the graph runs (``loaded.classify``: "Can not cast
+    TensorSpec..."; ``signatures[...]``: "input #N(zero-based) was expected to be a string tensor", N the input's
+    position among the signature's inputs), which the SavedModel cannot reword.
+
     Returns:
         The saved ``tf.Module`` (its serving function works in this process too).
 
@@ -160,8 +169,10 @@ def export_text_model(model, tokenizer, path, *, sequence_length=128, task="clas
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
 
     def serve(text, text_pair=None):
+        text = assert_rank(text, 1, "text", "(batch,): one string per input")
         texts, checks = [text], []
         if text_pair is not None:
+            text_pair = assert_rank(text_pair, 1, "text_pair", "(batch,): one string per input")
             texts.append(text_pair)
             checks.append(tf.debugging.assert_equal(
                 tf.shape(text)[0], tf.shape(text_pair)[0],

@@ -10,6 +10,7 @@ Backend-agnostic (``keras.ops`` only).
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 from attnlayers import PositionEmbedding
@@ -34,6 +35,49 @@ def check_images(images, name="images"):
         raise ValueError(
             f"`{name}` must be RGB images of shape (batch, height, width, 3); received shape {tuple(x.shape)}."
         )
+    return x
+
+
+def check_pixel_values(images, name="images"):
+    """Eager images checked against the captioners' pixel rule; returns them as a NumPy array.
+
+    The captioners read pixel values in 0..255 (the encoder divides by 255 or applies the backbone's
+    ``preprocess_input``). The rule, over the whole batch:
+
+    - uint8: taken as they are;
+    - another integer dtype: taken (as uint8) when every value is in 0..255, else refused;
+    - float: taken as pixel values when every value is finite and in [0, 255], except that a batch whose
+      values all lie in [0, 1] (and not all 0) is refused: it is almost surely images scaled to [0, 1], which
+      would caption as black images; multiply them by 255 (or pass uint8);
+    - anything else (bool, strings, complex) is refused.
+
+    An empty batch and inputs that are not rank-4 images (precomputed features) are returned unchecked (the
+    model checks their shapes). Only for eager values (NumPy arrays, lists, eager tensors): inside a traced
+    function the values are unknown.
+
+    Raises:
+        ValueError: naming ``name``, the dtype and value range received and what is expected.
+    """
+    x = np.asarray(images)
+    if x.ndim != 4 or x.size == 0 or x.dtype == np.uint8:
+        return x
+    expected = "pixel values in 0..255 (uint8, or integers / floats in that range)"
+    if x.dtype.kind in "iu":
+        low, high = int(x.min()), int(x.max())
+        if low < 0 or high > 255:
+            raise ValueError(f"`{name}` must hold {expected}; received {x.dtype} values in [{low}, {high}]. "
+                             "Rescale or clip them to 0..255 first.")
+        return x.astype(np.uint8)
+    if x.dtype.kind != "f":
+        raise ValueError(f"`{name}` must hold {expected}; received dtype {x.dtype}.")
+    if not np.isfinite(x).all():
+        raise ValueError(f"`{name}` must hold {expected}; received {x.dtype} values that are not finite (NaN or inf).")
+    low, high = float(x.min()), float(x.max())
+    if low < 0.0 or high > 255.0:
+        raise ValueError(f"`{name}` must hold {expected}; received {x.dtype} values in [{low:g}, {high:g}].")
+    if 0.0 < high <= 1.0:
+        raise ValueError(f"`{name}` must hold {expected}; received {x.dtype} values all within [0, 1] "
+                         f"([{low:g}, {high:g}]): images scaled to [0, 1]? Multiply them by 255 (or pass uint8).")
     return x
 
 
@@ -130,7 +174,11 @@ class ImageEncoder(keras.layers.Layer):
         if len(x.shape) == 3 and self.preprocess is not None:
             raise ValueError(f"Precomputed features (rank 3, shape {tuple(x.shape)}) are accepted only by a frozen "
                              "backbone (fine_tune=False); pass images of shape (batch, height, width, 3).")
-        return check_images(x, name)
+        x = check_images(x, name)
+        if x.shape[0] == 0:  # a static empty batch: refused here, not by a shape error deep in the CNN
+            raise ValueError(f"`{name}` is an empty batch (shape {tuple(x.shape)}); pass at least one image "
+                             "(predict.caption_images returns [] for no images; the SavedModel serves empty batches).")
+        return x
 
     def extract(self, images, training=None):
         """The backbone alone: (B, S, S, 3) -> (B, L, D) features, before the position embedding."""

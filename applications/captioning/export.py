@@ -11,8 +11,16 @@ model's input size, gray and RGBA images to RGB, ids to words, and optionally th
 generated caption. The SavedModel needs neither attnlayers nor keras to load and run.
 
 Inputs the model cannot caption as such are handled in the graph, never by a crash inside TensorFlow: an
-empty batch gives empty outputs; images with a channel count other than 1, 3 or 4 fail with an
+empty batch gives empty outputs; images with a channel count other than 1, 3 or 4, or not of rank 4 (a single
+(H, W, C) image fed through ``signatures[...]``, which checks dtypes but not shapes), fail with an
 ``InvalidArgumentError`` that says so.
+
+The signature takes uint8 pixel values (0..255) only: the dtype is checked by TensorFlow before the graph
+runs (``loaded.caption``: "Can not cast TensorSpec(... dtype=tf.float32 ...) to TensorSpec(... dtype=tf.uint8
+...)"; ``signatures["caption"]``: "input #0(zero-based) was expected to be a uint8 tensor"). Float images in
+[0, 1] must be converted first: ``tf.image.convert_image_dtype(images, tf.uint8, saturate=True)``; float pixel
+values in [0, 255]: ``tf.cast(tf.round(images), tf.uint8)``. (The in-process entry points of ``predict`` take
+other dtypes by the rule of ``encoder.check_pixel_values``.)
 
 TensorFlow only (this module imports tensorflow).
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from attnlayers.decoding import BeamSearch, get_strategy
+from attnlayers.export import assert_rank
 
 from ..core.export import export_generator
 
@@ -36,6 +45,9 @@ class _Captioner(tf.Module):
 def to_model_images(images, image_size):
     """uint8 (B, H, W, C) with C in {1, 3, 4} -> uint8 (B, image_size, image_size, 3) (bilinear resize)."""
     images = tf.convert_to_tensor(images)
+    if images.dtype != tf.uint8:
+        raise ValueError(f"`images` must be uint8 pixel values (0..255); received dtype {images.dtype.name}.")
+    images = assert_rank(images, 4, "images", "(batch, height, width, channels)")
     channels = tf.shape(images)[-1]
     check = tf.debugging.Assert(
         tf.reduce_any(tf.equal(channels, [1, 3, 4])),
@@ -63,7 +75,8 @@ def export_captioner(path, model, vocabulary, *, strategy=None, max_length=None,
         jit_compile: compile the encoder + decoding loop with XLA.
 
     Signature ``caption`` (``loaded.caption(images)`` or ``loaded.signatures["caption"](images=...)``):
-        inputs: ``images`` uint8 (B, H, W, C), any H and W, C = 1, 3 or 4; ``seed`` int32 () for sampling.
+        inputs: ``images`` uint8 (B, H, W, C) pixel values 0..255 (other dtypes are refused: see the module
+        docstring), any H and W, C = 1, 3 or 4; ``seed`` int32 () for sampling.
         outputs: ``caption`` string (B,); ``token_ids`` int32 (B, L) ([start] first, [end] then padding);
         ``score`` float32 (B,) (log-probability, length-normalised for beam search); with
         ``return_attention`` and a model with attention, ``attention`` float32 (B, L - 1, h, w): row t is the

@@ -17,6 +17,7 @@ Backend-agnostic (``keras.ops`` only).
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 from attnlayers import (
@@ -33,7 +34,7 @@ from attnlayers.validation import check_divisible, is_number, one_of, positive_i
 from ..core.generation import Seq2SeqGenerator, check_token_ids
 from ..core.losses import MaskedCrossEntropy
 from ..core.metrics import MaskedAccuracy
-from .encoder import PACKAGE, ImageEncoder
+from .encoder import PACKAGE, ImageEncoder, check_pixel_values
 
 ATTENTIONS = ("soft", "hard")
 
@@ -165,6 +166,8 @@ class _CaptionerBase(Seq2SeqGenerator):
         self.dropout = keras.layers.Dropout(dropout)
 
     def check_source(self, inputs):
+        if isinstance(inputs, np.ndarray):  # eager values: the pixel rule of encoder.check_pixel_values
+            inputs = check_pixel_values(inputs)
         return self.encoder.check_input(inputs)
 
     @property

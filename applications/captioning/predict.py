@@ -1,6 +1,10 @@
 """A trained captioner on a ``CaptionSet``: captions (greedy / beam search), the metrics of ``evaluate``
 (BLEU-1..4, CIDEr, exact match, attention localization) and the paper's attention pictures.
 
+Images are pixel values in 0..255: uint8 as they are, other integers and floats in that range accepted; floats
+all within [0, 1] (images scaled to [0, 1]: multiply by 255) and values outside 0..255 are refused with a
+ValueError naming the argument (the rule of ``encoder.check_pixel_values``). An empty batch has no captions.
+
     captions = caption_images(model, splits.test.images, vocabulary, strategy=BeamSearch(3))
     metrics = evaluate_captioner(model, splits.test, vocabulary)      # {"BLEU-4": ..., "localization": ...}
     plot_captions(model, splits.test, vocabulary, "out/attention.png")
@@ -17,6 +21,7 @@ from attnlayers.decoding import get_strategy
 from . import evaluate
 from .data.pipeline import encode_captions
 from .data.scenes import word_kind
+from .encoder import check_pixel_values
 
 
 def load_images(caption_set, image_size):
@@ -34,10 +39,16 @@ def load_images(caption_set, image_size):
 
 
 def caption_images(model, images, vocabulary, *, strategy="greedy", max_length=None, batch_size=100):
-    """Captions of ``images`` (N, S, S, 3) uint8 as strings (the best beam for beam search)."""
+    """Captions of ``images`` (N, S, S, 3) as strings (the best beam for beam search); [] for N = 0.
+
+    ``images``: uint8 0..255, or integers / floats holding pixel values in 0..255 (``check_pixel_values``:
+    floats all within [0, 1] and values outside 0..255 raise a ValueError)."""
     import keras
     import tensorflow as tf
 
+    images = check_pixel_values(images, "images")
+    if len(images) == 0:
+        return []
     strategy = get_strategy(strategy)
     max_length = model.generation_length(max_length)
     if keras.backend.backend() == "tensorflow":
@@ -56,6 +67,7 @@ def caption_images(model, images, vocabulary, *, strategy="greedy", max_length=N
 def teacher_forced_attention(model, caption_set, vocabulary, *, max_length=24, batch_size=200):
     """Per image, the (T_n, L) attention of teacher forcing on its first reference caption: row t predicted
     word t (T_n = the caption's words; the [end] step left out). None for a model without attention."""
+    check_pixel_values(caption_set.images, "caption_set.images")
     image_index, caption_in, _ = encode_captions(caption_set, vocabulary, max_length=max_length)
     caption_in = caption_in[np.unique(image_index, return_index=True)[1]]  # the first reference of each image
     maps = []
@@ -96,7 +108,8 @@ def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max
         ``{"BLEU-1".., "CIDEr", "exact_match", "localization", "localization_words", "localization_by_kind"
         ({"colour" | "size" | "shape": share}), "captions": [...]}``.
     """
-    hypotheses = caption_images(model, caption_set.images, vocabulary, strategy=strategy, max_length=max_length)
+    images = check_pixel_values(caption_set.images, "caption_set.images")
+    hypotheses = caption_images(model, images, vocabulary, strategy=strategy, max_length=max_length)
     result = {**evaluate.caption_metrics(hypotheses, caption_set.captions),
               "exact_match": evaluate.exact_match(hypotheses, caption_set.captions)}
     result.update(localization(model, caption_set, vocabulary))
@@ -111,7 +124,7 @@ def plot_captions(model, caption_set, vocabulary, path, *, index=0, strategy="gr
 
     from attnlayers.visualize import plot_image_attention
 
-    image = caption_set.images[index : index + 1]
+    image = check_pixel_values(caption_set.images[index : index + 1], "caption_set.images")
     max_length = model.generation_length(max_length)
     tokens = np.asarray(model.generate(tf.constant(image), max_length, get_strategy(strategy)).tokens)
     tokens = tokens[:, 0] if tokens.ndim == 3 else tokens

@@ -20,8 +20,9 @@ serves with tensorflow alone.
 
 Choices: a prompt longer than ``input_length`` tokens keeps its last ``input_length`` tokens (what a language
 model continues) and the output ``truncated`` says so (in-process, ``GPT.generate`` raises instead); an empty
-prompt fails an assertion naming ``text``; stop strings are fixed at export (they are tokenized into stop
-sequences and cut the text: see :mod:`attnlayers.applications.gpt.generation`).
+prompt fails an assertion naming ``text``, and so does a scalar ``text`` (its shape is (batch,)); stop strings
+are fixed at export (they are tokenized into stop sequences and cut the text: see
+:mod:`attnlayers.applications.gpt.generation`).
 
 TensorFlow only.
 """
@@ -92,7 +93,11 @@ def export_gpt(path, model, tokenizer, max_length=None, *, input_length=None, st
             most probable tokens, Fan et al. 2018), ``top_p`` float32 () in (0, 1] (1.0: off; else the nucleus,
             Holtzman et al. 2020), ``seed`` int32 () (the same seed gives the same text), ``max_new_tokens``
             int32 () >= 1 (a row stops after that many generated tokens; the loop still runs at most to L).
-            Invalid values fail an assertion naming the input.
+            Invalid values fail an assertion naming the input. ``text`` must be a 1-D batch: a scalar string
+            (which ``signatures[...]``, checking dtypes but not shapes, let through) fails an assertion naming
+            ``text`` and the shape (batch,); wrap a single prompt in a list. A wrong dtype is refused by
+            TensorFlow before the graph runs (``signatures[...]``: "input #N(zero-based) was expected to be a
+            ... tensor", N the input's position among the signature's inputs), which the SavedModel cannot reword.
         outputs: ``text`` string (B,) (the generated continuation: prompt, end token and stop string left out),
             ``token_ids`` int32 (B, L) (the prompt as fed, the generated tokens, then ``pad_token_id``),
             ``lengths`` int32 (B,), ``scores`` and ``log_probs`` float32 (B,) (log-probability of the generated

@@ -73,6 +73,14 @@ SCRIPT = textwrap.dedent(
         pair_signature = loaded.signatures[name + "_pair"](text=tf.constant(texts), text_pair=tf.constant(pairs))
         empty_batch = function(tf.constant([], tf.string))
         bad_utf8 = function(tf.constant([b"\\xff\\xfe the cat"]))
+        refused = {}
+        for case, inputs in {"scalar": {"text": tf.constant("a")},
+                             "scalar_pair": {"text": tf.constant(["a"]), "text_pair": tf.constant("b")}}.items():
+            try:
+                loaded.signatures[name + ("_pair" if "text_pair" in inputs else "")](**inputs)
+                refused[case] = ""
+            except tf.errors.InvalidArgumentError as error:
+                refused[case] = error.message
         results[task] = {
             "single": {k: plain(v) for k, v in single.items()},
             "pair": {k: plain(v) for k, v in pair.items()},
@@ -83,6 +91,7 @@ SCRIPT = textwrap.dedent(
             "default_keys": sorted(default),
             "empty_batch": {k: list(v.shape) for k, v in empty_batch.items()},
             "bad_utf8_empty": bool(bad_utf8["empty"].numpy()[0]),
+            "refused": refused,
             "sequence_length": int(loaded.sequence_length.numpy()),
             "label_names": [b.decode() for b in loaded.label_names.numpy()] if hasattr(loaded, "label_names")
             else None,
@@ -226,6 +235,14 @@ def test_bad_serving_inputs_are_refused(exported):
         loaded.classify(text=tf.constant(["a", "b"]), text_pair=tf.constant(["c"]))
     with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
         loaded.signatures["classify"](text=tf.constant([1]))
+
+
+def test_every_signature_refuses_a_scalar_text_naming_the_input(exported):
+    # signatures[...] check dtypes, not shapes: a scalar string reached the graph (embed took it as a batch of
+    # one, the others crashed); every signature now refuses it, naming the input and the shape (batch,).
+    for task, result in exported["served"].items():
+        assert "`text` must have shape (batch,)" in result["refused"]["scalar"], (task, result["refused"])
+        assert "`text_pair` must have shape (batch,)" in result["refused"]["scalar_pair"], (task, result["refused"])
 
 
 def test_bad_export_arguments_are_refused(tmp_path):

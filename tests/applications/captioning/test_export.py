@@ -89,6 +89,11 @@ def test_model_without_attention_exports_captions_only(task, tmp_path):
     module = export_captioner(str(tmp_path / "plain"), model, vocabulary, strategy="greedy", max_length=8)
     out = module.caption(tf.constant(splits.test.images[:2]))
     assert set(out) == {"caption", "token_ids", "score"} and out["token_ids"].shape == (2, 8)
+    # signatures[...] check dtypes, not shapes: one (H, W, C) image is refused naming `images` and its shape.
+    loaded = tf.saved_model.load(str(tmp_path / "plain"))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"`images` must have shape \(batch, height, width, channels\)"):
+        loaded.signatures["caption"](images=tf.constant(splits.test.images[0]))
 
 
 def test_images_are_made_rgb_and_resized():
@@ -98,3 +103,5 @@ def test_images_are_made_rgb_and_resized():
     np.testing.assert_array_equal(resized[..., 0], resized[..., 2])
     with pytest.raises(tf.errors.InvalidArgumentError, match="channels"):
         to_model_images(np.zeros((1, 4, 4, 2), "uint8"), 8)
+    with pytest.raises(ValueError, match=r"`images` must be uint8.*float32"):
+        to_model_images(np.zeros((1, 4, 4, 3), "float32"), 8)

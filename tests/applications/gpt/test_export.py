@@ -116,9 +116,9 @@ SERVE = textwrap.dedent(
         results[name] = {k: [t.decode("utf-8", "replace") for t in v.numpy().tolist()] if k == "text"
                          else v.numpy().tolist() for k, v in out.items()}
     errors = {}
-    for name, values in list(bad.items()) + [("empty", [0.0, 0, 1.0, 0, 5])]:
+    for name, values in list(bad.items()) + [("empty", [0.0, 0, 1.0, 0, 5]), ("scalar", [0.0, 0, 1.0, 0, 5])]:
         try:
-            call(prompts[:2] + ([""] if name == "empty" else []), values)
+            call(prompts[0] if name == "scalar" else prompts[:2] + ([""] if name == "empty" else []), values)
             errors[name] = None
         except tf.errors.InvalidArgumentError as error:
             errors[name] = error.message
@@ -224,6 +224,8 @@ def test_text_savedmodel_refuses_bad_settings_and_empty_prompts(text_gpt):
     for name in BAD:
         assert errors[name] is not None and f"`{name}`" in errors[name], (name, errors[name])
     assert errors["empty"] is not None and "`text`" in errors["empty"] and "empty" in errors["empty"]
+    # A scalar string (signatures check dtypes, not shapes) is refused naming `text` and its shape (batch,).
+    assert errors["scalar"] is not None and "`text` must have shape (batch,)" in errors["scalar"], errors["scalar"]
 
 
 def test_pretokenizer_without_tensorflow_text_gives_the_same_ids(text_gpt):
