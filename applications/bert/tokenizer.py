@@ -1,18 +1,21 @@
 """BERT's WordPiece tokenizer (Devlin et al. 2019, section 3; Wu et al. 2016), run as TensorFlow ops.
 
-Why keras_hub's `WordPieceTokenizer` (and not `tensorflow_text.BertTokenizer`): it takes `lowercase` and
-`strip_accents` as two separate options, as Hugging Face's `BertTokenizer` does (`do_lower_case`,
-`strip_accents`), while `tensorflow_text.BertTokenizer` strips accents only when it lower-cases; it runs
-`tensorflow_text.FastWordpieceTokenizer` (linear-time WordPiece, Song et al. 2020), whose vocabulary is a constant
-buffer rather than a lookup-table resource, so a tokenizer survives `keras.backend.clear_session()` and exports in
-a SavedModel that serves with only `tensorflow` and `tensorflow_text`; and its splitting rules (whitespace, control
-characters, punctuation, CJK characters) are keras-hub's BERT ones, so a keras-hub BERT vocabulary tokenizes the
-same here. The layer's eager calls run a Python path that returns lists; `BertTokenizer` calls it inside a
-`tf.function`, so eagerly and in graphs alike it gives tensors from the TensorFlow ops.
+Why keras_hub's `WordPieceTokenizer` (and not `tensorflow_text.BertTokenizer`, which strips accents only when it
+lower-cases, and lower-cases by NFKC case folding): it runs `tensorflow_text.FastWordpieceTokenizer` (linear-time
+WordPiece, Song et al. 2020), whose vocabulary is a constant buffer rather than a lookup-table resource, so a
+tokenizer survives `keras.backend.clear_session()` and exports in a SavedModel that serves with only `tensorflow` and
+`tensorflow_text`; and its splitting rules (whitespace, punctuation, CJK characters) are BERT's. It only splits and
+spells here: `normalize` does the rest, before it. The layer's eager calls run a Python path that returns lists;
+`BertTokenizer` calls it inside a `tf.function`, so eagerly and in graphs alike it gives tensors from TensorFlow ops.
 
-One difference from the Python reference (google-research/bert, Hugging Face): lower-casing is Unicode case folding
-(`tensorflow_text.case_fold_utf8`, NFKC), as in TensorFlow's own BERT preprocessing, so "ß" becomes "ss" and
-ligatures such as "ﬁ" are split, where `str.lower()` keeps them.
+Normalisation follows BERT's own `BasicTokenizer` (google-research/bert; Hugging Face's Python `BertTokenizer`),
+as TensorFlow ops (`normalize`): control and format characters (category C, U+FFFD; not tab / newline / return) are
+removed, whitespace (separators, tab, newline, return) becomes a space, lower-casing is Python's `str.lower()`
+(ICU full lower-casing: "İ" -> "i̇", a final "Σ" -> "ς"), and accent stripping is NFD then dropping nonspacing marks
+(Mn). There is no NFKC and no case folding (`tensorflow_text.case_fold_utf8`, which TensorFlow's BERT
+preprocessing and keras_hub use): "Straße" keeps its "ß", "ﬁ", "²", "½", fullwidth letters and Roman numerals stay
+as they are, as in the vocabularies of the checkpoints it loads. (Hugging Face's Rust `BertTokenizerFast`
+lower-cases character by character, so a word-final "Σ" gives "σ" there and "ς" here and in the Python reference.)
 
 Special tokens, looked up by name (their ids depend on the vocabulary: 0, 100, 101, 102, 103 in bert-base's
 vocab.txt; 0 to 4 in one written by `train_vocabulary`):
@@ -127,6 +130,40 @@ def read_tokenizer_options(directory) -> dict:
     }
 
 
+# BasicTokenizer._is_whitespace (tab, newline, return, Zs), and the line / paragraph separators str.split splits on
+_WHITESPACE = r"[\t\n\r\p{Z}]"
+# BasicTokenizer._clean_text: control, format and private-use characters and U+FFFD (removed after _WHITESPACE)
+_REMOVED = r"[\p{C}\x{FFFD}]"
+
+
+def normalize(text, *, lowercase: bool = True, strip_accents: bool | None = None):
+    """BERT's `BasicTokenizer` clean-up, lower-casing and accent stripping, as TensorFlow ops.
+
+    Whitespace characters become spaces; other control and format characters (category C: "\\x07", zero-width
+    "\\u200b", a byte-order mark) and U+FFFD are removed; `lowercase` applies `str.lower()`'s mapping (ICU full
+    lower-casing, not NFKC case folding); `strip_accents` decomposes (NFD) and drops nonspacing marks (Mn).
+    Splitting on whitespace, punctuation and CJK characters is left to the WordPiece tokenizer.
+
+    Args:
+        text: a tf.string tensor (any shape).
+        lowercase: lower-case (Hugging Face's `do_lower_case`).
+        strip_accents: strip accents; None follows `lowercase`.
+
+    Returns:
+        a tf.string tensor of `text`'s shape.
+    """
+    import tensorflow_text as tf_text
+
+    strip_accents = lowercase if strip_accents is None else strip_accents
+    text = tf.strings.regex_replace(text, _WHITESPACE, " ")
+    text = tf.strings.regex_replace(text, _REMOVED, "")
+    if lowercase:
+        text = tf.strings.lower(text, encoding="utf-8")  # ICU: "İ" -> "i̇", final sigma, as str.lower()
+    if strip_accents:
+        text = tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFD"), r"\p{Mn}", "")
+    return text
+
+
 class BertTokenizer(TokenLookup):
     """BERT's WordPiece tokenizer: text to token ids with TensorFlow ops (tf.data maps, SavedModels).
 
@@ -162,10 +199,12 @@ class BertTokenizer(TokenLookup):
         self._token_ids = {token: i for i, token in enumerate(self._vocabulary)}
         for token, attribute in _TOKEN_ATTRIBUTES.items():
             setattr(self, f"{attribute}_token_id", self._token_ids[token])
+        # keras_hub only splits and spells: `normalize` lower-cases and strips accents (keras_hub's lower-casing is
+        # NFKC case folding, which BERT's vocabularies do not use).
         self.wordpiece = keras_hub.tokenizers.WordPieceTokenizer(
             vocabulary=self._vocabulary,
-            lowercase=self.lowercase,
-            strip_accents=self.strip_accents,
+            lowercase=False,
+            strip_accents=False,
             split_on_cjk=self.split_on_cjk,
             suffix_indicator=SUFFIX_INDICATOR,
             oov_token="[UNK]",
@@ -199,7 +238,31 @@ class BertTokenizer(TokenLookup):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def _tokenize_batch(self, text):
         # Traced, so keras_hub takes its TensorFlow path (eager calls would run its Python path and return lists).
-        return self.wordpiece.tokenize(text)
+        return self.wordpiece.tokenize(normalize(text, lowercase=self.lowercase, strip_accents=self.strip_accents))
+
+    def tokenize(self, text):
+        """Strings to token ids (no special token added).
+
+        Args:
+            text: a string, or a 1-D batch of strings (Python, NumPy or tf.string tensor).
+
+        Returns:
+            int32 ids: a 1-D tensor for a string; a `tf.RaggedTensor` (B, None) for a batch.
+
+        Raises:
+            ValueError: when `text` is not a string or a list / tensor of strings.
+        """
+        if isinstance(text, tf.Tensor):
+            if text.dtype != tf.string:
+                raise ValueError(f"`text` must be a string or a list / tensor of strings; received a tensor of dtype "
+                                 f"{text.dtype.name} and shape {text.shape}.")
+        elif not isinstance(text, (str, bytes)):
+            try:
+                text = tf.convert_to_tensor(text, tf.string)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"`text` must be a string or a list / tensor of strings; received {text!r:.100}."
+                                 ) from error
+        return super().tokenize(text)
 
     def detokenize(self, ids):
         """Token ids to text: pieces joined into words ("##" dropped), words joined by spaces, [PAD] dropped.
@@ -257,11 +320,14 @@ def train_vocabulary(
             f"vocabulary_size={vocabulary_size!r}."
         )
     strip_accents = lowercase if strip_accents is None else strip_accents
+    # a dataset (a list would be read as file names), normalised as `BertTokenizer` does; keras_hub only splits
+    texts = tf.data.Dataset.from_tensor_slices(texts).map(
+        lambda text: normalize(text, lowercase=lowercase, strip_accents=strip_accents))
     vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        tf.data.Dataset.from_tensor_slices(texts),  # a dataset: a list would be read as file names
+        texts,
         vocabulary_size,
-        lowercase=lowercase,
-        strip_accents=strip_accents,
+        lowercase=False,
+        strip_accents=False,
         split_on_cjk=split_on_cjk,
         suffix_indicator=SUFFIX_INDICATOR,
         reserved_tokens=list(SPECIAL_TOKENS),

@@ -1,5 +1,6 @@
 """BERT WordPiece tokenizer: round trips on a tiny vocab.txt, lower-casing and accent stripping on and off (checked
-against Hugging Face's `tokenizers`), special tokens, Hugging Face config files, vocabulary training, and errors."""
+against Hugging Face's `tokenizers`), Unicode normalisation against Hugging Face's Python `BertTokenizer` (literals),
+special tokens, Hugging Face config files, vocabulary training, and errors."""
 
 import json
 
@@ -9,6 +10,7 @@ import tensorflow as tf
 from attnlayers.applications.bert.tokenizer import (
     SPECIAL_TOKENS,
     BertTokenizer,
+    normalize,
     read_tokenizer_options,
     read_vocabulary,
     train_vocabulary,
@@ -162,3 +164,133 @@ def test_train_vocabulary(tmp_path):
         train_vocabulary(["", "  "], 80)
     with pytest.raises(ValueError, match="vocabulary_size=5"):
         train_vocabulary(texts, 5)
+
+
+# Hugging Face's Python `BertTokenizer` (BasicTokenizer + WordpieceTokenizer, do_lower_case=True) on bert-base-uncased's
+# vocab.txt: (text, tokens, ids), printed by `PYTHONPATH=/tmp/hfref python benchmarks/bert_tokenizer_reference.py`
+# (its docstring says how to install the reference). Its Rust `BertTokenizerFast` differs only on a word-final "Σ"
+# ("σ" there, "ς" in str.lower() and here).
+HUGGING_FACE_UNCASED = [
+    ('Straße',
+     ['st', '##raße'],
+     [2358, 27807]),
+    ('ﬁne ﬂow',
+     ['ﬁ', '##ne', 'ﬂ', '##ow'],
+     [1984, 2638, 1985, 5004]),
+    ('ＡＢＣ',
+     ['[UNK]'],
+     [100]),
+    ('x² ½ ™ Ⅻ',
+     ['x', '##²', '½', '™', '[UNK]'],
+     [1060, 10701, 1092, 1580, 100]),
+    ('Hello, World! The quick brown fox.',
+     ['hello', ',', 'world', '!', 'the', 'quick', 'brown', 'fox', '.'],
+     [7592, 1010, 2088, 999, 1996, 4248, 2829, 4419, 1012]),
+    ('ΟΔΟΣ οδός',
+     ['ο', '##δ', '##ος', 'ο', '##δ', '##ος'],
+     [1169, 29722, 15297, 1169, 29722, 15297]),
+    ('İstanbul',
+     ['istanbul'],
+     [9960]),
+    ('été café naïve Ångström',
+     ['et', '##e', 'cafe', 'naive', 'ang', '##strom'],
+     [3802, 2063, 7668, 15743, 17076, 15687]),
+    ('ÄÖÜ äöü Σίσυφος',
+     ['ao', '##u', 'ao', '##u', 'σ', '##ι', '##σ', '##υ', '##φ', '##ος'],
+     [20118, 2226, 20118, 2226, 1173, 18199, 29733, 29735, 29736, 15297]),
+    ('zero\u200bwidth',
+     ['zero', '##wi', '##dt', '##h'],
+     [5717, 9148, 11927, 2232]),
+    ('bell\x07ring',
+     ['bell', '##ring'],
+     [4330, 4892]),
+    ('tab\there\nnew\rline',
+     ['tab', 'here', 'new', 'line'],
+     [21628, 2182, 2047, 2240]),
+    ('non\xa0breaking\u3000ideographic',
+     ['non', 'breaking', 'id', '##eo', '##graphic'],
+     [2512, 4911, 8909, 8780, 14773]),
+    ('form\x0cfeed',
+     ['form', '##fe', '##ed'],
+     [2433, 7959, 2098]),
+    ('\ufeffbom � replacement',
+     ['bo', '##m', 'replacement'],
+     [8945, 2213, 6110]),
+    ('我爱北京天安门',
+     ['我', '[UNK]', '北', '京', '天', '安', '[UNK]'],
+     [1855, 100, 1781, 1755, 1811, 1820, 100]),
+    ('日本語のテキスト',
+     ['日', '本', '語', 'の', '##テ', '##キ', '##ス', '##ト'],
+     [1864, 1876, 1950, 1671, 30239, 30227, 30233, 30240]),
+    ('한국어 텍스트',
+     ['ᄒ', '##ᅡ', '##ᆫ', '##ᄀ', '##ᅮ', '##ᆨ', '##ᄋ', '##ᅥ', 'ᄐ', '##ᅦ', '##ᆨ', '##ᄉ', '##ᅳ', '##ᄐ', '##ᅳ'],
+     [1469, 30006, 30021, 29991, 30014, 30020, 29999, 30008, 1467, 30009, 30020, 29997, 30017, 30003, 30017]),
+    ('emoji 😀 🎉 👍🏽',
+     ['em', '##oj', '##i', '[UNK]', '[UNK]', '[UNK]'],
+     [7861, 29147, 2072, 100, 100, 100]),
+    ('naïve résumé — “quotes” «guillemets» …',
+     ['naive', 'resume', '—', '“', 'quotes', '”', '«', 'gui', '##lle', '##met', '##s', '»', '…'],
+     [15743, 13746, 1517, 1523, 16614, 1524, 1077, 26458, 6216, 11368, 2015, 1090, 1529]),
+    ('$100 ^caret^ `tick` ~tilde~ |pipe|',
+     ['$', '100', '^', 'care', '##t', '^', '`', 'tick', '`', '~', 'til', '##de', '~', '|', 'pipe', '|'],
+     [1002, 2531, 1034, 2729, 2102, 1034, 1036, 16356, 1036, 1066, 18681, 3207, 1066, 1064, 8667, 1064]),
+    ('DŽungla ǅ ǈ',
+     ['d', '##zu', '##ng', '##la', '[UNK]', '[UNK]'],
+     [1040, 9759, 3070, 2721, 100, 100]),
+    ('Ⅰ Ⅱ ① ⑴ ㍱',
+     ['[UNK]', '[UNK]', '[UNK]', '[UNK]', '[UNK]'],
+     [100, 100, 100, 100, 100]),
+    ('ǰ ŉ ﬀ ﬃ',
+     ['j', '[UNK]', '[UNK]', '[UNK]'],
+     [1046, 100, 100, 100]),
+    ('Ǆ ẞ',
+     ['[UNK]', 'ß'],
+     [100, 1096]),
+    ('\u2028line\u2029para',
+     ['line', 'para'],
+     [2240, 11498]),
+    ('\x00null\x1fsep',
+     ['null', '##se', '##p'],
+     [19701, 3366, 2361]),
+    ('Ὀδυσσεύς ΚΑΛΟΣ',
+     ['ο', '##δ', '##υ', '##σ', '##σ', '##ε', '##υ', '##ς', 'κ', '##α', '##λ', '##ος'],
+     [1169, 29722, 29735, 29733, 29733, 29723, 29735, 19579, 1164, 14608, 29727, 15297]),
+]
+
+
+def test_matches_hugging_face_bert_on_unicode():
+    # bert-base-uncased's ids: the reference's tokens at their ids, fillers elsewhere ("[" splits them off any word)
+    vocabulary = [f"[filler{i}]" for i in range(30522)]
+    for token, i in zip(SPECIAL_TOKENS, (0, 100, 101, 102, 103), strict=True):
+        vocabulary[i] = token
+    for _, tokens, ids in HUGGING_FACE_UNCASED:
+        for token, i in zip(tokens, ids, strict=True):
+            assert vocabulary[i] in (token, f"[filler{i}]")
+            vocabulary[i] = token
+    tokenizer = BertTokenizer(vocabulary)
+    texts = [text for text, _, _ in HUGGING_FACE_UNCASED]
+    got = tokenizer.tokenize(texts).to_list()
+    mismatches = [(text, [vocabulary[i] for i in row], tokens)
+                  for (text, tokens, ids), row in zip(HUGGING_FACE_UNCASED, got, strict=True) if row != ids]
+    assert not mismatches
+    # no NFKC / case folding: "ß", ligatures, superscripts, fullwidth letters and Roman numerals are kept as they are
+    assert pieces(tokenizer, "Straße") == ["st", "##raße"]
+    assert [tokenizer.tokenize(t).numpy().tolist() for t in ("ＡＢＣ", "Ⅻ")] == [[100], [100]]
+
+
+def test_normalize_follows_python_str_lower():
+    texts = ["İstanbul ΟΔΟΣ Σ Straße ＡＢＣ ﬁ Ⅻ", "tab\there\u00a0nbsp zero\u200bwidth bell\x07 \ufffd"]
+    got = [t.decode() for t in normalize(tf.constant(texts), strip_accents=False).numpy()]
+    assert got == ["i\u0307stanbul οδος σ straße ａｂｃ ﬁ ⅻ", "tab here nbsp zerowidth bell "]
+    assert got[0] == texts[0].lower()
+    assert normalize(tf.constant("Éte\u0301 İ")).numpy().decode() == "ete i"
+    assert normalize(tf.constant("Éte\u0301"), lowercase=False, strip_accents=True).numpy().decode() == "Ete"
+
+
+@pytest.mark.parametrize("text", [123, None, [1, 2], ["a", 3], 1.5])
+def test_tokenize_rejects_what_is_not_text(vocab_file, text):
+    with pytest.raises(ValueError, match=r"`text` must be a string or a list / tensor of strings; received"):
+        BertTokenizer(vocab_file).tokenize(text)
+    if text == [1, 2]:
+        with pytest.raises(ValueError, match="received a tensor of dtype int32 and shape"):
+            BertTokenizer(vocab_file).tokenize(tf.constant(text))
