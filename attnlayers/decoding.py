@@ -160,6 +160,7 @@ class Sampling(Strategy):
     def initial_seed(self, seed=None):
         """The (2,) uint32 seed tensor from ``seed`` (an int, a scalar or (2,) integer tensor), else
         ``self.seed``, else a fresh random int."""
+        check_seed(seed)
         if seed is None:
             seed = self.seed
         if seed is None:
@@ -263,6 +264,27 @@ def _mix(x, y, z, w):
     z = z + x * y
     w = w + y * z
     return x, y, z, w
+
+
+def check_seed(seed):
+    """``seed`` is None, an int, two ints, or an integer tensor / array (a scalar or (2,)); else a ValueError naming
+    it (a string used to fail deep inside: "Cast string to uint32 is not supported")."""
+    if seed is None or is_int(seed):
+        return seed
+    if isinstance(seed, (list, tuple)) and len(seed) == 2 and all(is_int(s) for s in seed):
+        return seed
+    dtype = getattr(seed, "dtype", None)
+    if dtype is not None and not isinstance(seed, (str, bytes)):
+        try:
+            integer = keras.backend.is_int_dtype(keras.backend.standardize_dtype(dtype))
+        except (ValueError, TypeError):
+            integer = False
+        if integer:
+            return seed
+    raise ValueError(
+        "`seed` must be None, an int, or a scalar or (2,) integer tensor; received "
+        f"seed={seed!r}{f' of dtype {dtype}' if dtype is not None else ''}."
+    )
 
 
 def uniform_noise(seed, index, rows, columns):
@@ -599,6 +621,7 @@ def generate(
     stop_token_ids = _check_stop_token_ids(stop_token_ids)
     stop_sequences = _check_stop_sequences(stop_sequences)
     max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
+    check_seed(seed)
     if max_new_tokens is not None:
         if isinstance(strategy, BeamSearch):
             raise ValueError(
@@ -659,7 +682,10 @@ def generate(
         return _beam_search(next, strategy, prompt, mask, given_lengths, cache, index, max_length, stop_token_ids,
                             pad, stop_sequences)
     seed = strategy.initial_seed(seed) if strategy.stochastic else None
-    limit = None if max_new_tokens is None else given_lengths + ops.cast(max_new_tokens, "int32")  # (B,)
+    limit = None
+    if max_new_tokens is not None:  # (B,): clipped to max_length first, so that the sum cannot overflow int32
+        new = ops.minimum(ops.cast(max_new_tokens, "int64"), max_length)
+        limit = given_lengths + ops.cast(new, "int32")
     return _one_token_search(next, strategy, prompt, mask, cache, index, max_length, stop_token_ids, pad, seed,
                              stop_sequences, limit)
 

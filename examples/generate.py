@@ -32,7 +32,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # the tokenizer's ops and 
 from attnlayers.applications.core.cli import UsageError, run_script, usage_error
 
 PROG = os.path.basename(__file__)
-NO_LIMIT = 2**31 - 1  # max_new_tokens for "run to max_length" in the SavedModel
+UNKNOWN_LOOP_ROOM = 2**30  # max_new_tokens for "run to the end" when a SavedModel's loop length is not static: large,
+# yet far enough below 2**31 that the loop's int32 "prompt length + max_new_tokens" cannot wrap around
 
 
 def _unescape(text):
@@ -52,7 +53,9 @@ def parse_args(argv=None):
     parser.add_argument("--max-length", type=int, default=None,
                         help="tokens per sequence, prompt included (default: the longest prompt + --max-new-tokens, "
                              "else the model's context; with --export, the SavedModel's fixed loop length)")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="the most tokens generated per prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="the most tokens generated per prompt (default: up to the model's context, "
+                             "--max-length or the SavedModel's loop length; more is clipped to that, with a note)")
     parser.add_argument("--strategy", choices=("greedy", "beam", "sample"), default="greedy",
                         help="greedy (default) | beam | sample")
     parser.add_argument("--temperature", type=float, default=1.0,
@@ -150,6 +153,7 @@ def generate_from_checkpoint(args, prompts):
     from attnlayers.applications.gpt.generation import generate_text
 
     model, tokenizer = load_checkpoint(args.checkpoint)
+    max_new_tokens = args.max_new_tokens
     if args.export is not None:
         try:
             export_gpt(args.export, model, tokenizer, args.max_length, input_length=args.input_length,
@@ -159,13 +163,35 @@ def generate_from_checkpoint(args, prompts):
         print(f"wrote the SavedModel {args.export} (signature 'generate')")
     if not prompts:
         return []
+    if max_new_tokens is not None:
+        limit = model.config.max_sequence_length if args.max_length is None else args.max_length
+        shortest = min((len(row) for row in tokenizer.tokenize(prompts).to_list()), default=0)
+        max_new_tokens = _clip_new_tokens(max_new_tokens, limit - shortest, f"{limit} tokens, prompt included")
     try:
         texts = generate_text(model, tokenizer, prompts, max_length=args.max_length,
-                              max_new_tokens=args.max_new_tokens, strategy=strategy_of(args), seed=args.seed,
+                              max_new_tokens=max_new_tokens, strategy=strategy_of(args), seed=args.seed,
                               stop_strings=args.stop or None)
     except ValueError as error:
         raise usage_error(error) from None
     return [(text, False) for text in texts]
+
+
+def _clip_new_tokens(requested, room, context):
+    """``requested`` new tokens, clipped to the ``room`` the context leaves (at least 1), with a note when it is."""
+    if 1 <= room < requested:  # room < 1: a prompt too long for the context, refused where it is generated
+        print(f"note: --max-new-tokens {requested} is more than the context allows ({context}): generating at "
+              f"most {room} tokens per prompt", file=sys.stderr)
+        return room
+    return requested
+
+
+def saved_model_loop_length(signature):
+    """L, the static output length of a 'generate' signature (its ``token_ids`` (B, L)), or None when unknown."""
+    spec = signature.structured_outputs.get("token_ids")
+    shape = getattr(spec, "shape", None)
+    if shape is None or shape.rank != 2 or shape[1] is None:
+        return None
+    return int(shape[1])
 
 
 def generate_from_saved_model(args, prompts):
@@ -184,11 +210,19 @@ def generate_from_saved_model(args, prompts):
         raise UsageError(f"--saved-model {args.saved_model}: no 'generate' signature taking {sorted(expected)} "
                          "(write one with --checkpoint DIR --export DIR)")
     temperature = args.temperature if args.strategy == "sample" else 0.0
+    length = saved_model_loop_length(signature)
+    if args.max_new_tokens is None:  # run to the end of the loop: L - prompt tokens at most
+        max_new_tokens = UNKNOWN_LOOP_ROOM if length is None else length
+    elif length is None:
+        max_new_tokens = min(args.max_new_tokens, UNKNOWN_LOOP_ROOM)
+    else:  # the SavedModel tokenizes the prompts: the room is L - 1 at most (a prompt holds a token)
+        max_new_tokens = _clip_new_tokens(args.max_new_tokens, length - 1,
+                                          f"the SavedModel's loop length {length}, prompt included")
     try:
         out = signature(text=tf.constant(prompts), temperature=tf.constant(temperature, tf.float32),
                         top_k=tf.constant(args.top_k, tf.int32), top_p=tf.constant(args.top_p, tf.float32),
                         seed=tf.constant(args.seed, tf.int32),
-                        max_new_tokens=tf.constant(args.max_new_tokens or NO_LIMIT, tf.int32))
+                        max_new_tokens=tf.constant(max_new_tokens, tf.int32))
     except tf.errors.InvalidArgumentError as error:
         raise UsageError(" ".join(error.message.split())[:300]) from None
     texts = [t.decode("utf-8", errors="replace") for t in out["text"].numpy().tolist()]

@@ -42,6 +42,10 @@ class BertBackbone(keras.Model):
         inputs: a dict with "token_ids" int (B, T), T <= ``max_sequence_length``; optional "segment_ids" int
             (B, T) in [0, num_segments) (default all 0: sentence A) and "padding_mask" bool (B, T), True at
             real tokens (default ``token_ids != pad_token_id``). A bare (B, T) tensor is taken as token ids.
+            Token ids must lie in [0, vocabulary_size) and segment ids in [0, num_segments): checked when the
+            values are known (eager calls: a ValueError naming the input); a compiled call (``fit``, ``predict``,
+            ``tf.function``, ``jax.jit``) cannot check them and does not (``keras.ops.take`` wraps ids in [-V, 0)
+            to V + id; larger ones are clamped under XLA, NaN under JAX, zeros on a GPU, an error on a CPU).
         return_hidden_states: also return "hidden_states", a list of N + 1 tensors (B, T, d): the embeddings'
             output, then every block's (Hugging Face's ``output_hidden_states`` layout).
         training: enables dropout.
@@ -109,6 +113,9 @@ class BertBackbone(keras.Model):
                     f"`{name}` must have the shape of `token_ids` {format_shape(token_ids.shape)}; received "
                     f"{format_shape(value.shape)}."
                 )
+        _check_id_range(token_ids, "token_ids", "vocabulary_size", self.config.vocabulary_size)
+        if "segment_ids" in inputs and inputs["segment_ids"] is not None:
+            _check_id_range(segment_ids, "segment_ids", "num_segments", self.config.num_segments)
         return token_ids, segment_ids, ops.cast(padding_mask, "bool")
 
     def call(self, inputs, return_hidden_states=False, training=None):
@@ -153,3 +160,25 @@ class BertBackbone(keras.Model):
         import dataclasses
 
         return {**super().get_config(), "config": dataclasses.asdict(self.config)}
+
+
+def _concrete(x):
+    """``x`` as a NumPy array when it holds values (eager), else None (symbolic: a compiled call)."""
+    try:
+        return ops.convert_to_numpy(x)
+    except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error)
+        return None
+
+
+def _check_id_range(ids, name, size_name, size):
+    """Every id of ``ids`` in [0, size) when its values are known; else a ValueError naming ``name``."""
+    values = _concrete(ids)
+    if values is None or values.size == 0:
+        return
+    bad = (values < 0) | (values >= size)
+    if bad.any():
+        where = [int(i) for i in next(zip(*bad.nonzero()))]
+        raise ValueError(
+            f"`{name}` must hold ids in [0, {size_name}={size}); received {name}{where} = {int(values[tuple(where)])} "
+            f"({int(bad.sum())} id(s) out of range, from {int(values.min())} to {int(values.max())})."
+        )

@@ -93,10 +93,11 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         max_length: the output length in tokens, prompt included (default: the longest prompt +
             ``max_new_tokens`` when given, else ``max_sequence_length``).
         max_new_tokens: None or an int >= 1: each row stops after that many generated tokens (beam search: the
-            default ``max_length`` is the longest prompt + ``max_new_tokens``).
+            default ``max_length`` is the longest prompt + ``max_new_tokens``). More than the length leaves
+            (``max_length`` or ``max_sequence_length`` minus the prompt; e.g. 2**31 - 1) is clipped to that.
         strategy: "greedy", "beam", "sample", ... or an ``attnlayers.decoding`` strategy (``Sampling(temperature,
             top_k, top_p)``, ``BeamSearch(num_beams, num_return)``).
-        seed: the sampling seed (the same seed gives the same text).
+        seed: the sampling seed, an int or an integer tensor (the same seed gives the same text).
         stop_strings: None or a list of non-empty strings: generation of a row stops when its tokens end with one
             (as tokenized alone), and the text is cut before the first occurrence of any (see the module
             docstring).
@@ -108,7 +109,8 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
 
     Raises:
         ValueError: naming the argument: empty or too long prompts, bad stop strings, unknown strategies or
-            settings, a ``max_length`` beyond ``max_sequence_length``.
+            settings, a ``max_length`` beyond ``max_sequence_length``, a ``seed`` that is not an int, token ids
+            outside the model's vocabulary (a tokenizer bigger than the model).
     """
     import numpy as np
 

@@ -50,6 +50,7 @@ import dataclasses
 import keras
 from keras import ops
 
+from attnlayers.decoding import check_seed
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.positional import RotaryEmbedding
 from attnlayers.transformer import TransformerDecoder
@@ -246,6 +247,14 @@ class GPT(GenerativeModel):
     Returns:
         logits (B, T, V): position t scores the token at t + 1.
 
+    Token ids must lie in [0, V). With concrete (eager) ids, ``call``, ``generate``, ``generation_inputs`` and
+    ``initial_cache`` check them and raise a ValueError naming ``token_ids`` and the first bad id. A compiled call
+    (``tf.function`` / ``jax.jit`` / ``fit`` / ``predict``, symbolic ids) cannot check values without breaking XLA
+    and does not: the ids go to ``keras.ops.take``, which wraps negative ids in [-V, 0) to V + id (as NumPy does)
+    and looks ids >= V up as the backend's gather does: clamped to V - 1 under XLA (``jit_compile=True``, any
+    device), a NaN embedding (hence NaN logits) under JAX, zeros on a GPU and an ``InvalidArgumentError``
+    ("indices[...] = ... is not in [0, V)") on a CPU under TensorFlow without XLA. Check ids before compiling.
+
     Example:
     >>> model = GPT(GPTConfig(vocabulary_size=1000, max_sequence_length=128))
     >>> logits = model(token_ids)                                     # (B, T, 1000)
@@ -403,7 +412,7 @@ class GPT(GenerativeModel):
             padding_mask: None or bool (B, P).
             stop_token_ids: "auto" (``[end_token_id]``), None (never stop early) or a list of ids.
             max_new_tokens: None or an int >= 1: each row stops after generating this many tokens (greedy search
-                and sampling).
+                and sampling); more than L - P (e.g. 2**31 - 1) is clipped to that: a row runs to L.
             stop_sequences: None or lists of token ids: a row stops when its generated tokens end with one.
 
         Returns:
@@ -413,9 +422,11 @@ class GPT(GenerativeModel):
         Raises:
             ValueError: for a prompt longer than ``max_sequence_length`` (naming both: no left truncation here,
                 the caller chooses what to keep, e.g. ``token_ids[:, -max_sequence_length + n:]``), a row with no
-                token (an all-False ``padding_mask`` row or an empty prompt), a ``max_length`` outside [P,
-                ``max_sequence_length``], or unknown strategy settings.
+                token (an all-False ``padding_mask`` row or an empty prompt), a token id outside [0, V) (eager
+                values), a ``max_length`` outside [P, ``max_sequence_length``], a ``seed`` that is not an int or an
+                integer tensor, or unknown strategy settings.
         """
+        check_seed(seed)
         if not hasattr(token_ids, "shape"):
             token_ids = ops.convert_to_tensor(token_ids)
         width = ops.shape(token_ids)[1] if len(token_ids.shape) == 2 else None
@@ -428,8 +439,17 @@ class GPT(GenerativeModel):
                 f"sequence the model reads); shorten the prompts, e.g. keep their last tokens, leaving room for "
                 f"the generated ones. Received token_ids of shape {tuple(token_ids.shape)}."
             )
-        if max_length is None and max_new_tokens is not None and is_int(max_new_tokens) and is_int(width):
-            max_length = min(limit, width + max(int(max_new_tokens), 1))
+        if max_new_tokens is not None and is_int(max_new_tokens) and is_int(width):
+            max_new_tokens = int(max_new_tokens)
+            if max_length is None:
+                max_length = min(limit, width + max(max_new_tokens, 1))
+            if max_new_tokens > 1 and is_int(max_length):
+                # No row can generate more than max_length - its prompt length tokens: a larger max_new_tokens
+                # (2**31 - 1 for "no limit") is clipped to that room, before the loop adds it to the int32 prompt
+                # lengths (where it would wrap around and stop every row after one token).
+                mask = self._concrete(padding_mask)
+                shortest = width if mask is None or mask.ndim != 2 or not mask.size else int(mask.sum(axis=1).min())
+                max_new_tokens = min(max_new_tokens, max(int(max_length) - shortest, 1))
         return super().generate(token_ids, max_length, strategy, seed, padding_mask=padding_mask,
                                 stop_token_ids=stop_token_ids, max_new_tokens=max_new_tokens,
                                 stop_sequences=stop_sequences)
@@ -492,10 +512,27 @@ class GPT(GenerativeModel):
                 f"`padding_mask` must have the shape of `token_ids` {format_shape(token_ids.shape)}; received "
                 f"shape {format_shape(padding_mask.shape)}."
             )
+        self._check_token_range(token_ids)
         if convert:
             token_ids = ops.cast(token_ids, "int32")
             padding_mask = None if padding_mask is None else ops.cast(padding_mask, "bool")
         return token_ids, padding_mask
+
+    def _check_token_range(self, token_ids, name="token_ids"):
+        """Every id in [0, vocabulary_size), padding included (every position is looked up), checked when the
+        values are known (eager); a compiled call cannot check them (see the class docstring)."""
+        values = self._concrete(token_ids)
+        if values is None or values.size == 0:
+            return
+        size = self.config.vocabulary_size
+        bad = (values < 0) | (values >= size)
+        if bad.any():
+            where = tuple(int(i) for i in next(zip(*bad.nonzero())))
+            raise ValueError(
+                f"`{name}` must hold token ids in [0, vocabulary_size={size}); received {name}{list(where)} = "
+                f"{int(values[where])} ({int(bad.sum())} id(s) out of range, from {int(values.min())} to "
+                f"{int(values.max())})."
+            )
 
     def _check_max_length(self, max_length, prompt_length):
         """``max_length`` (default ``max_sequence_length``) in [prompt length, max_sequence_length]."""

@@ -116,6 +116,24 @@ def test_bad_inputs_are_refused_by_name(backbone):
         backbone(TOKENS[0])  # (T,) instead of (B, T)
 
 
+@pytest.mark.parametrize(
+    "inputs, match",
+    [
+        (lambda: _inputs(tokens=np.where(TOKENS == 30, 50, TOKENS)),
+         r"`token_ids`.*\[0, vocabulary_size=50\).*\[2, 1\] = 50"),
+        (lambda: TOKENS - 1, r"`token_ids`.*\[0, vocabulary_size=50\).*= -1"),
+        (lambda: _inputs(segments=SEGMENTS + 1), r"`segment_ids`.*\[0, num_segments=3\).*\[1, 2\] = 3"),
+        (lambda: _inputs(segments=-SEGMENTS), r"`segment_ids`.*\[0, num_segments=3\).*\[0, 3\] = -1"),
+    ],
+)
+def test_out_of_range_ids_are_refused_by_name(backbone, inputs, match):
+    with pytest.raises(ValueError, match=match):
+        backbone(inputs())
+    edge = np.array([[0, 49, 2]], "int32")  # the first and the last token id, the last segment
+    assert tuple(backbone({"token_ids": edge, "segment_ids": np.array([[0, 2, 1]], "int32")})["pooled_output"].shape) \
+        == (1, 8)
+
+
 def test_get_config_round_trip(backbone):
     config = backbone.get_config()
     restored = BertBackbone.from_config(config)

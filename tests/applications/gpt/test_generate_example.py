@@ -71,6 +71,20 @@ def test_greedy_sampling_and_beam_search(script, checkpoint, capsys):
     assert len(outputs(capsys)) == 2
 
 
+def test_max_new_tokens_default_and_clipping(script, checkpoint, capsys):
+    base = ["--checkpoint", checkpoint, "--prompt", "the cat", "--prompt", "A dog"]
+    assert script.main(base) == 0  # default: up to the model's context (24 tokens)
+    captured = capsys.readouterr()
+    to_the_end = outputs_of(captured.out)
+    assert "note:" not in captured.err
+    assert script.main(base + ["--max-new-tokens", "2147483647"]) == 0
+    captured = capsys.readouterr()
+    assert outputs_of(captured.out) == to_the_end
+    assert "--max-new-tokens 2147483647 is more than the context allows (24 tokens, prompt included)" in captured.err
+    assert script.main(base + ["--max-new-tokens", "3"]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
 def test_stop_strings_and_prompts_file(script, checkpoint, capsys, tmp_path):
     base = ["--checkpoint", checkpoint, "--max-new-tokens", "10"]
     assert script.main(base + ["--prompt", "the cat"]) == 0
@@ -146,6 +160,17 @@ def test_export_then_serve(script, checkpoint, capsys, tmp_path):
     in_process = outputs_of(captured)
     assert script.main(["--saved-model", exported, "--prompt", "the cat", "--max-new-tokens", "5"]) == 0
     assert outputs(capsys) == in_process  # greedy: the same text from the SavedModel
+    # Without --max-new-tokens the SavedModel runs to its loop length (it used to pass 2**31 - 1, which overflowed
+    # the loop's int32 length arithmetic: one token, "And God said unto"); more than the loop allows is clipped.
+    assert script.main(["--checkpoint", checkpoint, "--max-length", "16", "--prompt", "the cat"]) == 0
+    to_the_end = outputs(capsys)
+    assert len(to_the_end[0]) > len(in_process[0])
+    assert script.main(["--saved-model", exported, "--prompt", "the cat"]) == 0
+    assert outputs(capsys) == to_the_end
+    assert script.main(["--saved-model", exported, "--prompt", "the cat", "--max-new-tokens", "2147483647"]) == 0
+    captured = capsys.readouterr()
+    assert outputs_of(captured.out) == to_the_end
+    assert "--max-new-tokens 2147483647 is more than the context allows" in captured.err
 
 
 def outputs_of(text):

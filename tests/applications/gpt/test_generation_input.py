@@ -130,3 +130,26 @@ def test_cut_at_stop_strings():
     assert cut_at_stop_strings("abc", ["x"]) == "abc"
     assert cut_at_stop_strings("a.b;c", [";", "."]) == "a"  # the first occurrence of any
     assert cut_at_stop_strings("abc", []) == "abc"
+
+
+def test_max_new_tokens_beyond_the_context_runs_to_the_context(gpt):
+    """2**31 - 1 (examples/generate.py's "no limit") used to overflow the int32 length arithmetic: one token."""
+    model, tokenizer = gpt
+    prompts = ["the cat", "A dog sat on the"]
+    unlimited = generate_text(model, tokenizer, prompts, max_new_tokens=2**31 - 1)
+    assert unlimited == generate_text(model, tokenizer, prompts)
+    assert unlimited == generate_text(model, tokenizer, prompts, max_new_tokens=CONTEXT)
+    ids = tokenizer.tokenize(prompts[:1]).to_list()
+    result = model.generate(np.array(ids, "int32"), stop_token_ids=None, max_new_tokens=2**31 - 1)
+    assert int(np.asarray(result.lengths)[0]) == CONTEXT
+    assert generate_text(model, tokenizer, prompts, max_new_tokens=2**31 - 1, strategy=BeamSearch(2)) == \
+        generate_text(model, tokenizer, prompts, strategy=BeamSearch(2))
+
+
+def test_bad_seeds_and_out_of_vocabulary_ids_are_named(gpt):
+    model, tokenizer = gpt
+    with pytest.raises(ValueError, match=r"`seed` must be None, an int.*received seed='abc'"):
+        generate_text(model, tokenizer, ["the cat"], max_new_tokens=2, strategy="sample", seed="abc")
+    too_big = model.config.vocabulary_size
+    with pytest.raises(ValueError, match=rf"`token_ids` must hold token ids in \[0, vocabulary_size={too_big}\)"):
+        model.generate(np.array([[3, too_big]], "int32"), max_new_tokens=2)

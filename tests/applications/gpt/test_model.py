@@ -175,6 +175,19 @@ def test_trains():
         (lambda m: m.generate(PROMPT, max_length=13), r"max_length.*max_sequence_length=12.*max_length=13"),
         (lambda m: m.generate(PROMPT, max_length=3), r"max_length.*prompt length 4.*max_length=3"),
         (lambda m: m.initial_cache(PROMPT, max_length=0), r"max_length.*max_length=0"),
+        # token ids outside [0, V) (the bug: a CPU gather error, zeros on a GPU, tokens generated from -1)
+        (lambda m: m(np.array([[1, 29, 2]], "int32")), r"token_ids.*\[0, vocabulary_size=29\).*\[0, 1\] = 29"),
+        (lambda m: m(np.array([[1, 5000]], "int32")), r"token_ids.*\[0, vocabulary_size=29\).*= 5000"),
+        (lambda m: m.generate(np.array([[3, -1]], "int32")), r"token_ids.*\[0, vocabulary_size=29\).*= -1"),
+        (lambda m: m.generate(np.array([[3, 5000]], "int32"), 6, "sample", seed=1), r"token_ids.*= 5000"),
+        (lambda m: m.generation_inputs(np.array([[3, 29]], "int32")), r"token_ids.*= 29"),
+        (lambda m: m.initial_cache(np.array([[-2, 3]], "int32")), r"token_ids.*= -2"),
+        (lambda m: m({"token_ids": np.array([[1, 40]], "int32")}), r"token_ids.*= 40"),
+        # a seed that is not an int / integer tensor (the bug: "Cast string to uint32 is not supported")
+        (lambda m: m.generate(PROMPT, 6, "sample", seed="abc"), r"seed.*int.*integer tensor.*'abc'"),
+        (lambda m: m.generate(PROMPT, 6, seed="abc"), r"seed.*'abc'"),
+        (lambda m: m.generate(PROMPT, 6, "sample", seed=1.5), r"seed.*1.5"),
+        (lambda m: m.generate(PROMPT, 6, "sample", seed=np.array([1.0, 2.0])), r"seed.*float"),
     ],
 )
 def test_bad_input(model, make, match):
@@ -226,3 +239,29 @@ def test_fit_takes_keras_hub_style_dict_inputs():
     np.testing.assert_allclose(_np(lm(x)), _np(lm(x["token_ids"], padding_mask=x["padding_mask"])), atol=1e-6)
     with pytest.raises(ValueError, match="token_ids.*received keys"):
         lm({"ids": sequence})
+
+
+def test_in_range_ids_and_integer_seeds_pass_the_checks(model):
+    edge = np.array([[0, 28, 3]], "int32")  # the first and the last id of V = 29
+    assert tuple(model(edge).shape) == (1, 3, 29)
+    first = _np(model.generate(PROMPT, 8, Sampling(), seed=np.int64(3), padding_mask=PROMPT_MASK).tokens)
+    again = _np(model.generate(PROMPT, 8, Sampling(), seed=ops.convert_to_tensor(3, "int32"),
+                                padding_mask=PROMPT_MASK).tokens)
+    np.testing.assert_array_equal(first, again)
+
+
+def test_max_new_tokens_beyond_the_context_is_clipped(model):
+    """2**31 - 1 ("no limit", what examples/generate.py passed) used to wrap around in the int32 prompt length +
+    max_new_tokens and stop every row after one token."""
+    full = model.generate(PROMPT, padding_mask=PROMPT_MASK, stop_token_ids=None)
+    for n in (2**31 - 1, 2**31 - 3, 100):
+        out = model.generate(PROMPT, padding_mask=PROMPT_MASK, stop_token_ids=None, max_new_tokens=n)
+        np.testing.assert_array_equal(_np(out.lengths), [12, 12, 12])
+        np.testing.assert_array_equal(_np(out.tokens), _np(full.tokens))
+    out = model.generate(PROMPT, 9, "sample", seed=1, padding_mask=PROMPT_MASK, stop_token_ids=None,
+                         max_new_tokens=2**31 - 1)
+    np.testing.assert_array_equal(_np(out.lengths), [9, 9, 9])
+    out = model.generate(PROMPT[:1], stop_token_ids=None, max_new_tokens=2**31 - 1)  # no mask: P + room = 12
+    np.testing.assert_array_equal(_np(out.lengths), [12])
+    out = model.generate(PROMPT, padding_mask=PROMPT_MASK, stop_token_ids=None, max_new_tokens=3)  # still honoured
+    np.testing.assert_array_equal(_np(out.lengths), [7, 5, 4])
