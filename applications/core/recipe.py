@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -114,6 +115,19 @@ def saved_model_export(export, weights_file):
     return save_weights
 
 
+def fit_verbosity(verbose, stream=None):
+    """``fit``'s verbosity for ``stream`` (default standard output): the progress bar (1) only on a terminal; in a
+    file or a pipe it becomes a line per epoch (2), since a redrawn bar there is a line per step."""
+    stream = sys.stdout if stream is None else stream
+    if verbose == 1 and not (hasattr(stream, "isatty") and stream.isatty()):
+        return 2
+    return verbose
+
+
+def _is_dataset(data):
+    return type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec")
+
+
 def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluate=None, pictures=None,
                export=None, out_dir=None, record=None, fit_kwargs=None, verbose=1, strategy=None, build=True,
                results_file="results.json", print_fn=None):
@@ -133,7 +147,8 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
             is written.
         record: fields written first in the result (model name, data, settings).
         fit_kwargs: more ``fit`` arguments (``steps_per_epoch``, ``class_weight``, ...).
-        verbose: ``fit``'s verbosity.
+        verbose: ``fit``'s verbosity; 1 (the progress bar) becomes 2 (a line per epoch) when standard output is
+            not a terminal, where a bar writes a line per step (:func:`fit_verbosity`).
         strategy: the ``tf.distribute`` strategy the model was built under (the model is built in its scope).
         build: call the model once on the first batch's inputs before ``fit`` when it is not built yet (so that
             ``BackupAndRestore`` restores into existing variables).
@@ -160,8 +175,12 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
 
+    fit_kwargs = dict(fit_kwargs or {})
+    if _is_dataset(train):  # the pipeline shuffles; fit's default shuffle=True only warns that it is ignored
+        fit_kwargs.setdefault("shuffle", False)
     history, train_seconds = _timed(lambda: model.fit(train, validation_data=validation, epochs=epochs,
-                                                      callbacks=callbacks, verbose=verbose, **(fit_kwargs or {})))
+                                                      callbacks=callbacks, verbose=fit_verbosity(verbose),
+                                                      **fit_kwargs))
     training = training_summary(counter, history)
     training["seconds"] = round(train_seconds, 1)
     weights = None

@@ -83,3 +83,29 @@ def test_recipe_reports_a_budget_that_stopped_training_mid_epoch():
     assert lines == [f"training: {training['seconds']:.1f} s, 1 epoch, 1 step; stopped by the "
                      f"{1e-9 / 60:g}-minute time budget in epoch 1 after 1 of 5 steps (mid-epoch)"]
     assert "results_path" not in result and result["weights"] is None  # no out_dir: nothing written
+
+
+def test_fit_prints_a_line_per_epoch_off_a_terminal_and_no_shuffle_warning(capfd):
+    """A progress bar redrawn into a file or a pipe is a line per step: off a terminal verbose=1 becomes 2; a
+    tf.data pipeline shuffles itself, so fit's shuffle=True (which it ignores there, with a warning) is not passed."""
+    import io
+    import warnings
+
+    import tensorflow as tf
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert core.recipe.fit_verbosity(1, io.StringIO()) == 2 and core.recipe.fit_verbosity(1, Terminal()) == 1
+    assert core.recipe.fit_verbosity(0, io.StringIO()) == 0 and core.recipe.fit_verbosity(2, Terminal()) == 2
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x = np.zeros((40, 3), "float32")
+    train = tf.data.Dataset.from_tensor_slices((x, x[:, 0])).batch(8)  # 5 steps
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        core.run_recipe(model, train, epochs=2, verbose=1, print_fn=lambda *a: None)
+    assert not [w for w in caught if "shuffle" in str(w.message)]
+    out = capfd.readouterr().out
+    assert out.count("5/5") == 2 and "1/5" not in out, out  # a line per epoch, no per-step redraws
