@@ -663,6 +663,11 @@ def test_max_new_tokens():
     np.testing.assert_array_equal(_np(result.lengths), [4, 4, 4])
     result = generate(position_next, prompt, 8, "greedy", prompt_mask=mask, max_new_tokens=50)
     np.testing.assert_array_equal(_np(result.lengths), [8, 8, 8])
+    # "No limit" as the largest int32 (what a SavedModel's max_new_tokens input takes): the prompt length plus it
+    # overflowed int32 and stopped every row after one token.
+    for no_limit in (2**31 - 1, ops.convert_to_tensor(2**31 - 1, "int32")):
+        result = generate(position_next, prompt, 8, "greedy", prompt_mask=mask, max_new_tokens=no_limit)
+        np.testing.assert_array_equal(_np(result.lengths), [8, 8, 8])
 
 
 @pytest.mark.parametrize(
