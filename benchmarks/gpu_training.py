@@ -83,6 +83,7 @@ if any(a == "--size=tiny" or (a == "tiny" and b == "--size") for b, a in zip(sys
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from epoch_timer import EpochTimer  # noqa: E402  (benchmarks/, the script's folder)
 
 BACKEND = keras.backend.backend()
 
@@ -342,20 +343,6 @@ def repeat_batches(data):
     """The batches over and over, for ``fit`` (a Python generator)."""
     while True:
         yield from data
-
-
-class EpochTimer(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.seconds = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.begin = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        for value in (logs or {}).values():
-            float(value)  # waits for the epoch's last step
-        self.seconds.append(time.perf_counter() - self.begin)
 
 
 def train_side(part, role, sizes, batches, steps, memory, log):

@@ -267,29 +267,11 @@ def _dataset(batches):
     return tf.data.Dataset.from_tensor_slices(stacked).repeat()
 
 
-def _epoch_timer():
-    import keras
-
-    class EpochTimer(keras.callbacks.Callback):
-        """Seconds of each epoch, ``on_epoch_begin`` to ``on_epoch_end`` (no batch hooks: fit keeps dispatching
-        its steps asynchronously, as without this callback)."""
-
-        def __init__(self):
-            super().__init__()
-            self.seconds = []
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds.append(time.perf_counter() - self._start)
-
-    return EpochTimer()
-
-
 def fit_step(model, dataset, steps):
     """Seconds per step of fit's second epoch of ``steps`` steps (the first is a warm-up)."""
-    timer = _epoch_timer()
+    from epoch_timer import EpochTimer
+
+    timer = EpochTimer()
     model.fit(dataset, epochs=2, steps_per_epoch=steps, verbose=0, callbacks=[timer], shuffle=False)
     return timer.seconds[1] / steps
 
