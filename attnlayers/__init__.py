@@ -7,7 +7,11 @@ embeddings; Transformer blocks; and the mask algebra they share. All math is in 
 run under the TensorFlow and JAX backends.
 """
 
-from attnlayers import (
+from attnlayers import startup
+
+startup.load_backend()  # keras first; TensorFlow's start-up lines filtered where ATTNLAYERS_QUIET_STARTUP=1
+
+from attnlayers import (  # noqa: E402
     decoding,
     distribution,
     fused,

@@ -27,6 +27,7 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # the tokenizer's ops and the SavedModel are TensorFlow
 
 from attnlayers.applications.core.cli import UsageError, run_script, usage_error

@@ -28,16 +28,17 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # the export writes a TensorFlow SavedModel
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from attnlayers import BeamSearch  # noqa: E402
+from attnlayers import BeamSearch  # noqa: E402  (first: it loads keras and TensorFlow quietly)
 from attnlayers.applications import core, nmt  # noqa: E402
 from attnlayers.applications.nmt import evaluate  # noqa: E402
 from attnlayers.applications.nmt.export import export_translator  # noqa: E402
 from attnlayers.applications.nmt.model import RNNSeq2Seq  # noqa: E402
+
+import keras  # noqa: E402  (after attnlayers, which loads it)
+import tensorflow as tf  # noqa: E402
 
 MAX_LENGTH = 16  # words per sentence, [START] / [END] included
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 
 import keras
+import numpy as np
 
 from attnlayers.validation import one_of
 
@@ -237,7 +238,10 @@ def setup_runtime(strategy="none", precision="float32", *, tpu=None, devices=Non
     Returns:
         The ``tf.distribute.Strategy`` (see :func:`make_strategy`).
     """
+    from attnlayers import startup
+
     built = make_strategy(strategy, tpu=tpu, devices=devices)  # first: multi-worker must precede other TF ops
+    startup.run_first_graph()  # where a script asked for a quiet start: oneDNN's first-graph line, dropped
     set_precision(precision)
     return built
 
@@ -257,6 +261,37 @@ def is_chief(strategy=None):
     if task_type == "chief":
         return True
     return task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def is_multi_worker(strategy):
+    """Whether ``strategy`` is a ``MultiWorkerMirroredStrategy`` of more than one worker (False under JAX)."""
+    if strategy is None or keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    return getattr(strategy.extended, "_num_workers", 1) > 1
+
+
+def from_chief(values, strategy):
+    """The chief's ``values`` (NumPy arrays or numbers) on every worker of a multi-worker ``strategy``: one
+    all-reduce sum per value, to which the other workers add zeros (every worker must call it, in the same order).
+    Outside a cluster the values come back as arrays, with no collective."""
+    if not is_multi_worker(strategy):
+        return [np.asarray(v) for v in values]
+    import tensorflow as tf
+
+    chief = is_chief(strategy)
+    out = []
+    for value in values:
+        value = np.asarray(value)
+        exact = np.issubdtype(value.dtype, np.floating)  # x + 0 is x; integers go through float64 (< 2**53)
+        mine = value if chief else np.zeros_like(value)
+        tensor = tf.constant(mine if exact else mine.astype(np.float64))
+        summed = strategy.reduce("SUM", tensor, axis=None).numpy()
+        out.append(summed if exact else summed.astype(value.dtype))
+    return out
 
 
 def worker_directory(out_dir, strategy=None):
