@@ -19,9 +19,12 @@ What Keras' own (3.x) callback does differently:
 Here:
 
 - Layout of ``backup_dir``: ``weights-{n}.weights.h5`` (``n`` counts the backups) and ``backup.json``, the pointer
-  ``{"epoch": e, "step": s, "iterations": i, "weights": "weights-{n}.weights.h5", "seeds": [...], "previous": {...} |
-  null}``: ``s`` batches of epoch ``e`` (0-based) are done; ``seeds`` holds the states of the layers' seed generators
-  (dropout's), which ``save_weights`` leaves out. A backup writes a new weights file, fsyncs it, then replaces the
+  ``{"epoch": e, "step": s, "iterations": i, "weights": "weights-{n}.weights.h5", "seeds": [...], "seconds": t,
+  "history": {...}, "invocations": k, "previous": {...} | null}``: ``s`` batches of epoch ``e`` (0-based) are done;
+  ``seeds`` holds the states of the layers' seed generators (dropout's), which ``save_weights`` leaves out; ``t`` is
+  the seconds of training behind the backup, over every ``fit`` that led to it (what a resumed run's time budget
+  has already spent: :class:`~.callbacks.TimeBudget`); ``history`` the logs of the epochs that ended before it
+  (metric -> one value per epoch) and ``k`` how many runs of ``fit`` took part. A backup writes a new weights file, fsyncs it, then replaces the
   pointer atomically (a temporary file, fsync, ``os.replace``, fsync of the folder), and only then deletes the weights
   the old pointer named. A kill at any instant leaves the old pointer with its weights or the new pointer with its
   weights; the weights and the step they belong to are one record. Leftovers of a killed write (weights no pointer
@@ -53,12 +56,13 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import warnings
 
 import keras
 import numpy as np
 
-from .runtime import is_chief
+from .runtime import from_chief, is_chief, is_multi_worker
 
 POINTER = "backup.json"
 _WEIGHTS = re.compile(r"^weights-(\d+)\.weights\.h5$")
@@ -120,17 +124,6 @@ def _fsync_path(path, directory=False):
         os.close(fd)
 
 
-def _multi_worker(strategy):
-    """Whether ``strategy`` is a MultiWorkerMirroredStrategy of more than one worker."""
-    if strategy is None or keras.backend.backend() != "tensorflow":
-        return False
-    import tensorflow as tf
-
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return False
-    return getattr(strategy.extended, "_num_workers", 1) > 1
-
-
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """``keras.callbacks.BackupAndRestore`` (same arguments) with atomic backups, an exact mid-epoch resume and
     chief-only writes under multi-worker training: see the module's docstring.
@@ -142,13 +135,16 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         double_checkpoint: also keep the previous backup, restored when the latest cannot be read.
         delete_checkpoint: delete ``backup_dir`` when ``fit`` ends.
 
+        print_fn: where the line saying what a resume restored goes (default ``print``; None: nowhere).
+
     Attributes:
-        restored: the pointer restored by the last ``on_train_begin`` (a dict: epoch, step, iterations, weights),
-            or None when training started from scratch.
+        restored: the pointer restored by the last ``on_train_begin`` (a dict: epoch, step, iterations, weights,
+            seconds, history, invocations), or None when training started from scratch.
         skipped: the batches the resumed epoch dropped (0 without a mid-epoch resume).
     """
 
-    def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True):
+    def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True,
+                 print_fn=print):
         super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=double_checkpoint,
                          delete_checkpoint=delete_checkpoint)
         self._pointer_path = file_utils.join(backup_dir, POINTER)
@@ -158,6 +154,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._writes, self._scratch = True, None
         self._skip_until, self._train_function = 0, None
         self._epoch_done, self._since_save = 0, 0
+        self.print_fn = print_fn
+        self._seconds_before, self._clock, self._history, self._invocations = 0.0, None, {}, 1
 
     # -- storage --
 
@@ -220,10 +218,15 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             previous = {k: v for k, v in self._pointer.items() if k != "previous"}
         pointer = {"epoch": int(epoch), "step": int(step), "iterations": iterations, "weights": name,
                    "seeds": [keras.ops.convert_to_numpy(v).tolist() for v in self._seed_variables()],
+                   "seconds": round(self.seconds(), 3), "history": self._history, "invocations": self._invocations,
                    "previous": previous}
         self._write_pointer(pointer)  # the commit
         self._pointer = pointer
         self._clean(pointer)
+
+    def seconds(self):
+        """Seconds of training so far, over every ``fit`` this backup resumed (0 before training starts)."""
+        return self._seconds_before + (0.0 if self._clock is None else time.perf_counter() - self._clock)
 
     def _mark_epoch_done(self, epoch):
         """The latest backup was taken after the last batch of ``epoch``: point at it as epoch + 1, step 0."""
@@ -266,33 +269,21 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     # -- multi-worker --
 
-    def _broadcast(self, values, strategy):
-        """The chief's ``values`` (NumPy arrays) on every worker: all-reduce sums to which the others add zeros."""
-        import tensorflow as tf
-
-        out = []
-        for value in values:
-            value = np.asarray(value)
-            exact = np.issubdtype(value.dtype, np.floating)  # x + 0 is x; integers go through float64 (< 2**53)
-            mine = value if self._writes else np.zeros_like(value)
-            tensor = tf.constant(mine if exact else mine.astype(np.float64))
-            summed = strategy.reduce("SUM", tensor, axis=None).numpy()
-            out.append(summed if exact else summed.astype(value.dtype))
-        return out
-
     def _restore_multi_worker(self, strategy):
         """Every worker takes the chief's backup: whether there is one and its step, then every variable."""
         pointer = self._restore_local() if self._writes else None
-        header = [1.0, pointer["epoch"], pointer["step"], pointer["iterations"] or 0] if pointer else [0.0] * 4
-        present, epoch, step, iterations = self._broadcast([np.array(header, np.float64)], strategy)[0]
+        header = ([1.0, pointer["epoch"], pointer["step"], pointer["iterations"] or 0, pointer.get("seconds", 0.0),
+                   pointer.get("invocations", 1)] if pointer else [0.0] * 6)
+        present, epoch, step, iterations, seconds, invocations = from_chief([np.array(header, np.float64)], strategy)[0]
         if not present:
             return None
         variables = self._state_variables()
-        values = self._broadcast([keras.ops.convert_to_numpy(v) for v in variables], strategy)
+        values = from_chief([keras.ops.convert_to_numpy(v) for v in variables], strategy)
         if not self._writes:
             for variable, value in zip(variables, values):
                 variable.assign(value)
-        return pointer or {"epoch": int(epoch), "step": int(step), "iterations": int(iterations), "weights": None}
+        return pointer or {"epoch": int(epoch), "step": int(step), "iterations": int(iterations), "weights": None,
+                           "seconds": float(seconds), "history": {}, "invocations": int(invocations)}
 
     def _state_variables(self):
         """The variables a restore sets: the model's (seed generators' included) and the optimizer's (metrics
@@ -327,7 +318,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                              f"`fit()`. Model {self.model} is unbuilt. You can build it beforehand by calling it "
                              "on a batch of data.")
         strategy = getattr(self.model, "distribute_strategy", None)
-        multi_worker = _multi_worker(strategy)
+        multi_worker = is_multi_worker(strategy)
         self._writes = not multi_worker or is_chief(strategy)
         if not self._writes and self._scratch is None:
             self._scratch = tempfile.mkdtemp(prefix="backup-worker-")
@@ -337,7 +328,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self._number = max(numbers, default=0)
         self.restored = self._restore_multi_worker(strategy) if multi_worker else self._restore_local()
         self.skipped, self._skip_until, self._since_save = 0, 0, 0
+        self._seconds_before, self._history, self._invocations = 0.0, {}, 1
         if self.restored is not None:
+            self._seconds_before = float(self.restored.get("seconds") or 0.0)
+            self._history = {k: list(v) for k, v in (self.restored.get("history") or {}).items()}
+            self._invocations = int(self.restored.get("invocations") or 1) + 1
+            if self.print_fn is not None:
+                self.print_fn(f"resumed from the backup in {self.backup_dir}: {self.describe_restored()}")
             self.model._initial_epoch = self.restored["epoch"]  # fit: `self._initial_epoch or initial_epoch`
             self._current_epoch = self.restored["epoch"]
             self._skip_until = self.restored["step"]
@@ -346,6 +343,16 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                               "with the TensorFlow backend; here the epoch restarts from its first batch.",
                               stacklevel=2)
                 self._skip_until = 0
+        self._clock = time.perf_counter()
+
+    def describe_restored(self):
+        """What the last ``on_train_begin`` restored, in words (None when it started from scratch)."""
+        r = self.restored
+        if r is None:
+            return None
+        where = f"epoch {r['epoch'] + 1}" + (f", after its step {r['step']}" if r["step"] else ", from its start")
+        return (f"{where} ({r.get('iterations') or 0} optimizer steps, {float(r.get('seconds') or 0.0):.1f} s of "
+                f"training before; run {self._invocations} of this training)")
 
     def on_epoch_begin(self, epoch, logs=None):
         self._current_epoch, self._epoch_done = epoch, 0
@@ -379,6 +386,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self._save(self._current_epoch, done)
 
     def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            if np.ndim(value) == 0:
+                self._history.setdefault(key, []).append(float(value))
         complete = not self.model.stop_training  # else a TimeBudget (or the like) cut the epoch short
         if self.save_freq == "epoch":
             self._save(epoch + 1, 0) if complete else self._save(epoch, self._epoch_done)

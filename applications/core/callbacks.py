@@ -18,6 +18,20 @@ import numpy as np
 from attnlayers.validation import one_of, positive_int, positive_number
 
 from .backup import BackupAndRestore
+from .runtime import from_chief, is_multi_worker
+
+
+def _seconds_before(backup):
+    """The seconds of training a restored ``backup`` (a :class:`~.backup.BackupAndRestore`, or None) had behind it."""
+    restored = getattr(backup, "restored", None)
+    return float((restored or {}).get("seconds") or 0.0)
+
+
+def _agreed(value, model):
+    """``value`` (a number) as the chief worker has it, on every worker of a multi-worker run (one all-reduce), so
+    that all workers take the same decision on the same step; ``value`` itself elsewhere."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return float(from_chief([value], strategy)[0]) if is_multi_worker(strategy) else value
 
 
 class StepCounter(keras.callbacks.Callback):
@@ -66,7 +80,10 @@ class TimeBudget(StepCounter):
     """Stops ``fit`` once ``seconds`` of training have passed (checked after every batch).
 
     Only training counts: validation at the end of an epoch still runs, and nothing after ``fit`` (evaluation,
-    export) is bounded.
+    export) is bounded. A run resumed by a :class:`~.backup.BackupAndRestore` it follows (:meth:`follow_backup`;
+    :func:`standard_callbacks` links them) gets what the interrupted run had left: the backup's seconds count as
+    spent. Under a multi-worker strategy the chief's clock decides (one all-reduce per step), so every worker stops
+    after the same step; workers that stopped on different steps would wait on each other's collectives.
 
     Args:
         seconds: the budget, > 0.
@@ -81,7 +98,17 @@ class TimeBudget(StepCounter):
         super().__init__()
         self.seconds = positive_number(seconds, "seconds")
         self.stopped, self.stopped_epoch, self.stopped_step = False, None, None
-        self._epoch = 0
+        self._epoch, self.backup = 0, None
+
+    def follow_backup(self, backup):
+        """Counts the seconds of training behind what ``backup`` (a :class:`~.backup.BackupAndRestore`) restores as
+        spent."""
+        self.backup = backup
+
+    @property
+    def seconds_before(self):
+        """Seconds of the budget spent before this ``fit`` (by the runs that led to the restored backup)."""
+        return _seconds_before(self.backup)
 
     def on_epoch_begin(self, epoch, logs=None):
         super().on_epoch_begin(epoch, logs)
@@ -89,7 +116,9 @@ class TimeBudget(StepCounter):
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
-        if self.elapsed >= self.seconds and not self.stopped:
+        if self.stopped:
+            return
+        if _agreed(self.seconds_before + self.elapsed, self.model) >= self.seconds:
             self.stopped, self.stopped_epoch, self.stopped_step = True, self._epoch, self.epoch_steps[-1]
             self.model.stop_training = True
 
@@ -119,7 +148,10 @@ class BudgetedLearningRate(keras.callbacks.Callback):
     The optimizer must have a constant learning rate (a number, which becomes a variable this callback
     assigns), not a ``LearningRateSchedule``. Under JAX the callback syncs the training state before each
     assignment (``model.jax_state_sync()``), as keras asks of callbacks that change variables mid-epoch. A run
-    resumed by ``BackupAndRestore`` keeps its step progress; the wall clock starts again.
+    resumed by a ``BackupAndRestore`` keeps its step progress (the optimizer's step count comes back) and, when the
+    callback follows the backup (:meth:`follow_backup`; ``run_recipe`` links them), its time progress: the backup's
+    seconds count as spent. Under a multi-worker strategy every worker sets the chief's progress (one all-reduce per
+    step): a learning rate of each worker's own clock would differ between workers, and so would their weights.
 
     Args:
         peak: the largest learning rate, > 0.
@@ -139,7 +171,11 @@ class BudgetedLearningRate(keras.callbacks.Callback):
         self.warmup_fraction = float(warmup_fraction)
         self.seconds = None if seconds is None else positive_number(seconds, "seconds")
         self.steps = None if steps is None else positive_int(steps, "steps")
-        self.last, self._start, self._total_steps = None, None, None
+        self.last, self._start, self._total_steps, self.backup = None, None, None, None
+
+    def follow_backup(self, backup):
+        """Counts the seconds of training behind what ``backup`` (a ``BackupAndRestore``) restores as spent."""
+        self.backup = backup
 
     def learning_rate(self, progress):
         """``lr(p)`` of the docstring for a progress ``p`` (a float)."""
@@ -166,7 +202,7 @@ class BudgetedLearningRate(keras.callbacks.Callback):
             return 0.0
         shares = []
         if self.seconds is not None:
-            shares.append((time.perf_counter() - self._start) / self.seconds)
+            shares.append((_seconds_before(self.backup) + time.perf_counter() - self._start) / self.seconds)
         if self._total_steps is not None:
             # convert_to_numpy: a MirroredVariable under tf.distribute has no __int__
             shares.append(int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) / self._total_steps)
@@ -175,7 +211,7 @@ class BudgetedLearningRate(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if keras.backend.backend() == "jax":
             self.model.jax_state_sync()  # the loop then reads the variables again, this assignment included
-        self.last = self.learning_rate(self.progress())
+        self.last = self.learning_rate(_agreed(self.progress(), self.model))
         self.model.optimizer.learning_rate = self.last
 
 
@@ -277,7 +313,8 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
     Args:
         out_dir: the run's folder: TensorBoard logs go to ``out_dir/logs``, checkpoints to ``out_dir/backup``
             (run the same command again after an interruption and training resumes). None: neither.
-        minutes: a wall-clock budget for training (:class:`TimeBudget`), or None.
+        minutes: a wall-clock budget for training (:class:`TimeBudget`, following the backup: a resumed run gets
+            what the interrupted one had left), or None.
         best: None (keep the last epoch's weights), a :class:`BestWeights`, or a dict of its arguments
             (e.g. ``{"monitor": "val_accuracy", "average": 3}``).
         tensorboard, backup: add ``keras.callbacks.TensorBoard`` / ``BackupAndRestore`` (need ``out_dir``).
@@ -291,10 +328,13 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
         callbacks.append(ProgressLog())
     if out_dir is not None and tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs")))
+    restore = None
     if out_dir is not None and backup:
-        callbacks.append(BackupAndRestore(os.path.join(out_dir, "backup")))
+        restore = BackupAndRestore(os.path.join(out_dir, "backup"))
+        callbacks.append(restore)
     if minutes is not None:
         callbacks.append(TimeBudget(positive_number(minutes, "minutes") * 60.0))
+        callbacks[-1].follow_backup(restore)
     if isinstance(best, dict):
         best = BestWeights(**best)
     if best is not None:

@@ -14,6 +14,13 @@ Each phase is timed. At the end one summary says how long training ran and wheth
 (the epoch, the steps run of how many, mid-epoch or not), which weights were kept
 (:class:`~attnlayers.applications.core.callbacks.BestWeights`), and how long evaluation, pictures and export
 took; everything goes to ``out_dir/results.json``.
+
+A run resumed from its backup (:class:`~attnlayers.applications.core.backup.BackupAndRestore`) says where it
+resumed, its time budget and learning-rate schedule count the seconds before the interruption, and its results
+cover every run of the training (epochs, history, seconds in all). Under a multi-worker strategy every worker
+trains and takes part in evaluation (keras' ``evaluate`` and ``predict`` are collective there); only the chief
+(:func:`~attnlayers.applications.core.runtime.is_chief`) prints the evaluation, draws, exports and writes
+``results.json``.
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
+from .backup import BackupAndRestore
 from .callbacks import BestWeights, StepCounter, TimeBudget
+from .runtime import is_chief
 
 
 def _find(callbacks, kind):
@@ -54,8 +64,19 @@ def _timed(function, *args):
     return out, time.perf_counter() - start
 
 
-def training_summary(counter, history=None):
-    """What training did: seconds, epochs, steps, and what the time budget (if any) bounded."""
+def _merged_history(before, history):
+    """The logs of the epochs before a resume (``before``: metric -> values) followed by this run's."""
+    now = {key: [float(v) for v in values] for key, values in history.history.items()
+           if all(np.ndim(v) == 0 for v in values)}
+    return {key: list(before.get(key, [])) + now.get(key, []) for key in {**before, **now}}
+
+
+def training_summary(counter, history=None, backup=None):
+    """What training did: seconds, epochs, steps, and what the time budget (if any) bounded. With a ``backup``
+    (a :class:`BackupAndRestore`) that restored an interrupted run, also ``resumed`` (the epoch and step it resumed
+    at, 1-based epoch; the seconds and optimizer steps before; which run of the training this is) and
+    ``seconds_total``; ``epochs`` and ``history`` then cover every run, and ``steps`` this one (the batches it
+    trained on, not the ones it skipped)."""
     summary = {
         "seconds": round(counter.elapsed, 1),
         "epochs": len(history.epoch) if history is not None else len(counter.epoch_steps),
@@ -70,8 +91,18 @@ def training_summary(counter, history=None):
             summary.update(stopped_epoch=counter.stopped_epoch + 1, stopped_step=counter.stopped_step,
                            mid_epoch=counter.mid_epoch)
     if history is not None:
-        summary["history"] = {key: [float(v) for v in values] for key, values in history.history.items()
-                              if all(np.ndim(v) == 0 for v in values)}
+        summary["history"] = _merged_history({}, history)
+    restored = getattr(backup, "restored", None)
+    summary["resumed"] = None
+    if restored is not None:
+        before = float(restored.get("seconds") or 0.0)
+        summary["resumed"] = {"epoch": restored["epoch"] + 1, "step": restored["step"], "seconds_before": before,
+                              "steps_before": restored.get("iterations"), "run": backup._invocations}
+        summary["seconds_total"] = round(before + summary["seconds"], 1)
+        summary["steps"] = counter.steps - backup.skipped
+        if history is not None:
+            summary["history"] = _merged_history(restored.get("history") or {}, history)
+            summary["epochs"] = max((len(v) for v in summary["history"].values()), default=summary["epochs"])
     return summary
 
 
@@ -82,6 +113,11 @@ def describe_training(summary):
 
     line = (f"training: {summary['seconds']:.1f} s, {count(summary['epochs'], 'epoch')}, "
             f"{count(summary['steps'], 'step')}")
+    resumed = summary.get("resumed")
+    if resumed:
+        line = (f"training: {summary['seconds']:.1f} s and {count(summary['steps'], 'step')} in this run, resumed in "
+                f"epoch {resumed['epoch']} after step {resumed['step']} (run {resumed['run']}: "
+                f"{summary['seconds_total']:.1f} s in all, {count(summary['epochs'], 'epoch')})")
     budget = summary.get("budget_seconds")
     if budget is None:
         return line + " (no time budget)"
@@ -93,6 +129,17 @@ def describe_training(summary):
              None: "the length of an epoch of this data is not known yet"}[summary.get("mid_epoch")]
     return (line + f"; stopped by the {minutes} time budget in epoch {summary['stopped_epoch']} after "
             f"{summary['stopped_step']}{of} steps ({where})")
+
+
+def describe_vocabulary(size, requested=None, kind="", flag="--vocab-size"):
+    """"vocabulary N KIND tokens", saying why when a learned vocabulary came out smaller than ``requested`` (the
+    most the learner was asked for, None for a vocabulary that was read, not learned)."""
+    kind = f"{kind} " if kind else ""
+    line = f"vocabulary {size:,} {kind}tokens"
+    if requested is not None and size < requested:
+        line += (f" (fewer than {flag} {requested:,}: the training text has no more distinct pieces to learn; "
+                 f"{flag} is a most, not an exact size)")
+    return line
 
 
 def saved_model_export(export, weights_file):
@@ -159,7 +206,9 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
         The result dict (JSON-able): ``record``'s fields, ``parameters``, ``training`` (seconds, epochs, steps,
         steps_per_epoch, budget_seconds, stopped_by_budget, stopped_epoch / stopped_step / mid_epoch, history),
         ``weights`` (the :class:`BestWeights` choice, or None), what ``evaluate`` returned, ``pictures``,
-        ``export``, ``seconds`` (train, evaluate, pictures, export) and ``results_path``.
+        ``export``, ``seconds`` (train, evaluate, pictures, export) and ``results_path``; ``training`` also has
+        ``resumed`` and ``seconds_total`` (see :func:`training_summary`). On a worker other than the chief: the
+        record, ``parameters``, ``training`` and ``weights``, with ``results_path`` None (nothing is written).
     """
     say = print_fn or (lambda *a: print(*a, flush=True))
     callbacks = list(callbacks)
@@ -168,6 +217,10 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
         counter = StepCounter()
         callbacks.append(counter)
     best = _find(callbacks, BestWeights)
+    backup = _find(callbacks, BackupAndRestore)
+    for callback in callbacks:  # a resumed run's budget and schedule count the seconds before the interruption
+        if hasattr(callback, "follow_backup") and getattr(callback, "backup", None) is None:
+            callback.follow_backup(backup)
     if build and not model.built:
         x = next(iter(train))[0]
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
@@ -178,11 +231,16 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
     fit_kwargs = dict(fit_kwargs or {})
     if _is_dataset(train):  # the pipeline shuffles; fit's default shuffle=True only warns that it is ignored
         fit_kwargs.setdefault("shuffle", False)
-    history, train_seconds = _timed(lambda: model.fit(train, validation_data=validation, epochs=epochs,
-                                                      callbacks=callbacks, verbose=fit_verbosity(verbose),
-                                                      **fit_kwargs))
-    training = training_summary(counter, history)
+    with warnings.catch_warnings():
+        if "steps_per_epoch" not in fit_kwargs:  # the data's end is the epoch's end: keras warns of it needlessly
+            warnings.filterwarnings("ignore", message=r"Your input ran out of data", category=UserWarning)
+        history, train_seconds = _timed(lambda: model.fit(train, validation_data=validation, epochs=epochs,
+                                                          callbacks=callbacks, verbose=fit_verbosity(verbose),
+                                                          **fit_kwargs))
+    training = training_summary(counter, history, backup)
     training["seconds"] = round(train_seconds, 1)
+    if training.get("resumed"):
+        training["seconds_total"] = round(training["resumed"]["seconds_before"] + train_seconds, 1)
     weights = None
     if best is not None:
         weights = {"monitor": best.monitor, "mode": best.mode, "average": best.average,
@@ -191,9 +249,18 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
                    "best": None if best.best_epoch is None else float(best.best), "restored": best.describe()}
     result = {**(record or {}), "parameters": int(model.count_params()), "training": training, "weights": weights}
     seconds = {"train": round(train_seconds, 1)}
+    chief = is_chief(strategy if strategy is not None else getattr(model, "distribute_strategy", None))
+    if not chief:  # another worker of a multi-worker run: it takes part in evaluation, the chief reports
+        say(f"{describe_training(training)}; the chief worker evaluates, draws, exports and writes the results")
+        if evaluate is not None:  # keras' evaluate / predict are collective under MultiWorkerMirroredStrategy
+            with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+                evaluate(model)
+        return _jsonable({**result, "results_path": None})
     say(describe_training(training))
     if weights is not None:
-        say(f"weights: {weights['restored']}")
+        say(f"weights: {weights['restored']}"
+            + (" (among the epochs of this run: the kept weights do not survive a restart)"
+               if training.get("resumed") else ""))
 
     if evaluate is not None:
         metrics, seconds["evaluate"] = _timed(evaluate, model)

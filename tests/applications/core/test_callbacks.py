@@ -295,8 +295,10 @@ def test_backup_killed_while_writing_restores_the_previous_complete_backup(tmp_p
     left = sorted(os.listdir(tmp_path))
     assert "weights-000003.weights.h5" in left and (torn == "weights" or any(".tmp-" in n for n in left))
     callback, restored = _restore(tmp_path, save_freq=2)
+    seconds, history = callback.restored.pop("seconds"), callback.restored.pop("history")
     assert callback.restored == {"epoch": 1, "step": 0, "iterations": 4, "weights": "weights-000002.weights.h5",
-                                 "seeds": [], "previous": None}
+                                 "seeds": [], "invocations": 1, "previous": None}
+    assert seconds > 0 and list(history) == ["loss"] and len(history["loss"]) == 1  # epoch 0's
     for got, expected in zip(restored, saved[1]):
         np.testing.assert_array_equal(got, expected)
     assert sorted(os.listdir(tmp_path)) == ["backup.json", "weights-000002.weights.h5"]  # leftovers deleted

@@ -109,3 +109,74 @@ def test_fit_prints_a_line_per_epoch_off_a_terminal_and_no_shuffle_warning(capfd
     assert not [w for w in caught if "shuffle" in str(w.message)]
     out = capfd.readouterr().out
     assert out.count("5/5") == 2 and "1/5" not in out, out  # a line per epoch, no per-step redraws
+
+
+class _Killed(Exception):
+    """Stands for a kill of the process mid-training."""
+
+
+class _KillAfter(keras.callbacks.Callback):
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epochs:
+            raise _Killed
+
+
+def _small_fit_problem():
+    keras.utils.set_random_seed(0)
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    y = (x.sum(-1) > 0).astype("int32")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    import tensorflow as tf
+
+    return model, tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+
+
+def test_a_resumed_run_says_so_gets_the_budget_left_and_reports_every_run(tmp_path):
+    """A run killed after 2 of 6 epochs (backup every epoch) and run again: the second run says where it resumed, its
+    budget counts the seconds before the kill (edited here to leave ~0: it stops after one step instead of training
+    4 more epochs), and results.json has both runs' epochs and seconds."""
+    model, train = _small_fit_problem()
+    first = core.standard_callbacks(tmp_path, minutes=1, tensorboard=False) + [_KillAfter(2)]
+    with pytest.raises(_Killed):
+        core.run_recipe(model, train, epochs=6, callbacks=first, out_dir=tmp_path, verbose=0, print_fn=print)
+    pointer = tmp_path / "backup" / "backup.json"
+    saved = json.loads(pointer.read_text())
+    assert saved["epoch"] == 2 and saved["invocations"] == 1 and len(saved["history"]["loss"]) == 2
+    saved["seconds"] = 59.999  # of the 60-second budget, spent before the kill
+    pointer.write_text(json.dumps(saved))
+
+    model, train = _small_fit_problem()
+    lines = []
+    callbacks = core.standard_callbacks(tmp_path, minutes=1, tensorboard=False)
+    backup = next(c for c in callbacks if isinstance(c, core.BackupAndRestore))
+    backup.print_fn = lines.append
+    result = core.run_recipe(model, train, epochs=6, callbacks=callbacks, out_dir=tmp_path, verbose=0,
+                             print_fn=lines.append)
+    assert lines[0].startswith(f"resumed from the backup in {tmp_path / 'backup'}: epoch 3, from its start")
+    assert "59.999 s" not in lines[0] and "60.0 s of training before; run 2" in lines[0]
+    training = result["training"]
+    assert training["stopped_by_budget"] and training["steps"] == 1 and training["stopped_epoch"] == 3
+    assert training["resumed"] == {"epoch": 3, "step": 0, "seconds_before": 59.999, "steps_before": 8, "run": 2}
+    assert training["seconds_total"] == pytest.approx(59.999 + training["seconds"], abs=0.1)
+    assert training["epochs"] == 3 and len(training["history"]["loss"]) == 3  # 2 before the kill, 1 after
+    assert training["history"]["loss"][:2] == saved["history"]["loss"]
+    assert "resumed in epoch 3 after step 0 (run 2" in lines[1] and "stopped by the 1-minute time budget" in lines[1]
+    assert json.loads((tmp_path / "results.json").read_text())["training"] == training
+
+
+def test_a_resumed_budgeted_schedule_goes_on_from_the_seconds_before():
+    """BudgetedLearningRate following a backup that restored 30 s of a 60 s budget starts at half progress."""
+    schedule = core.BudgetedLearningRate(1.0, warmup_fraction=0.1, seconds=60)
+
+    class Restored:
+        restored = {"seconds": 30.0}
+
+    schedule.follow_backup(Restored())
+    schedule._start = __import__("time").perf_counter()
+    assert schedule.progress() == pytest.approx(0.5, abs=0.01)

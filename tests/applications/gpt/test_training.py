@@ -171,8 +171,11 @@ def test_an_interrupted_run_resumes_from_its_backup(tmp_path):
                                   tensorboard=False, callbacks=[Keep()])
     steps = result["training"]["steps_per_epoch"]
     assert steps > 1
-    # Only the second epoch ran again; the optimizer's step count (and the schedule) went on from the backup.
-    assert result["training"]["epochs"] == 1 and result["training"]["steps"] == steps
+    # Only the second epoch ran again; the optimizer's step count (and the schedule) went on from the backup, and
+    # the results cover both runs: 2 epochs in all, the second run's steps.
+    assert result["training"]["epochs"] == 2 and result["training"]["steps"] == steps
+    assert result["training"]["resumed"]["epoch"] == 2 and result["training"]["resumed"]["run"] == 2
+    assert len(result["training"]["history"]["loss"]) == 2
     assert int(Keep.model_.optimizer.iterations.numpy()) == 2 * steps
     assert not (tmp_path / "run" / "backup").exists()  # deleted once training ended
 
