@@ -34,9 +34,12 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import UsageError, run_script, start_runtime, usage_error  # noqa: E402
+from attnlayers.applications.core.cli import (  # noqa: E402
+    UsageError, add_budget_arguments, check_budget_arguments, run_script, start_runtime, usage_error,
+)
 
 PROG = os.path.basename(__file__)
 
@@ -64,11 +67,7 @@ def parse_args(argv=None):
                         help="pieces per input; longer inputs are cut and counted (default: "
                              + ", ".join(f"{t} {n}" for t, n in TASK_SEQUENCE_LENGTH.items()) + ")")
     add_optimizer_arguments(parser, default, "examples")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="passes over the training split (default: 3, BERT's, or as many as --minutes allows)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock budget for training only (evaluation, the baseline and the export come "
-                             "after)")
+    add_budget_arguments(parser, "3 (BERT's)", "training split")
     core.add_runtime_arguments(parser)
     parser.add_argument("--seed", type=int, default=default.seed,
                         help="split (sentiment, pos), shuffling and initialization seed")
@@ -80,12 +79,9 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
-    if args.epochs is not None and args.epochs < 1:
-        parser.error("--epochs must be at least 1")
+    check_budget_arguments(parser, args)
     if args.sequence_length is not None and args.sequence_length < 5:
         parser.error("--sequence-length must be at least 5")
-    if args.minutes is not None and not args.minutes > 0:
-        parser.error("--minutes must be a positive number")
     if not 0 < args.warmup_fraction < 1:
         parser.error("--warmup-fraction must be between 0 and 1")
     if not args.learning_rate > 0:
@@ -110,7 +106,7 @@ def run(args):
     import keras
 
     from attnlayers.applications.bert import recipes
-    from attnlayers.applications.core.runtime import is_chief, worker_directory
+    from attnlayers.applications.core.runtime import worker_directory
 
     settings = settings_from_args(args)
     if args.export is not None and not args.no_export and keras.backend.backend() != "tensorflow":
@@ -125,11 +121,11 @@ def run(args):
     init = "scratch" if args.init == "scratch" else "pretrained"
     out = args.out or os.path.join("artifacts", "bert", "finetune", f"{args.task}-{init}")
     out = worker_directory(out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
-    given = args.export if is_chief(strategy) else None  # the other workers export under their own OUT
-    export = None if args.no_export else (given or os.path.join(out, "model"))
+    export = None if args.no_export else (args.export or os.path.join(out, "model"))
     result = recipes.run_finetuning(settings, out, export_dir=export, strategy=strategy, verbose=args.verbose,
                                     data=data)
-    print(f"results: {result['results_path']}")
+    if result["results_path"] is not None:  # else another worker of a multi-worker run: the chief reports
+        print(f"results: {result['results_path']}")
     return 0
 
 

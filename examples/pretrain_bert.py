@@ -28,9 +28,12 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and the tokenizer's ops
 
-from attnlayers.applications.core.cli import UsageError, load_corpus, run_script, start_runtime, usage_error  # noqa: E402
+from attnlayers.applications.core.cli import (  # noqa: E402
+    UsageError, add_budget_arguments, check_budget_arguments, load_corpus, run_script, start_runtime, usage_error,
+)
 
 PROG = os.path.basename(__file__)
 
@@ -61,10 +64,7 @@ def parse_args(argv=None):
     add_optimizer_arguments(parser, default, "pairs")
     parser.add_argument("--held-out", type=float, default=default.held_out,
                         help=f"share of the documents held out for evaluation (default {default.held_out:g})")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="passes over the training pairs (default: 10, or as many as --minutes allows)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock budget for training only (evaluation, pictures and saving come after)")
+    add_budget_arguments(parser, 10, "training pairs")
     core.add_runtime_arguments(parser)
     parser.add_argument("--seed", type=int, default=default.seed,
                         help="split, pairs, masks, shuffling and initialization seed")
@@ -76,12 +76,9 @@ def parse_args(argv=None):
     for flag in ("vocab_size", "batch_size", "max_predictions"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
-    if args.epochs is not None and args.epochs < 1:
-        parser.error("--epochs must be at least 1")
+    check_budget_arguments(parser, args)
     if args.sequence_length < 5:
         parser.error("--sequence-length must be at least 5 ([CLS] [SEP] [SEP] and a piece of each sentence)")
-    if args.minutes is not None and not args.minutes > 0:
-        parser.error("--minutes must be a positive number")
     if not 0 < args.held_out < 1:
         parser.error("--held-out must be between 0 and 1")
     if not 0 < args.warmup_fraction < 1:
@@ -128,6 +125,8 @@ def run(args):
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = recipes.run_pretraining(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
                                      strategy=strategy, verbose=args.verbose, corpus=args.corpus)
+    if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
+        return 0
     print(f"results: {result['results_path']}")
     print(f"fine-tune it: python examples/finetune_bert.py --task pos --init {args.out} --minutes 4")
     return 0

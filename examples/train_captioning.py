@@ -24,12 +24,16 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import UsageError, run_script, start_runtime, usage_error  # noqa: E402
+from attnlayers.applications.core.cli import (  # noqa: E402
+    UsageError, add_budget_arguments, budget_epochs, check_budget_arguments, run_script, start_runtime, usage_error,
+)
 
 PROG = os.path.basename(__file__)
 ATTENTIONS = ("soft", "hard", "none", "transformer")
+DEFAULT_EPOCHS = 30
 
 
 def parse_args(argv=None):
@@ -60,9 +64,7 @@ def parse_args(argv=None):
                              "backbone, weights and image set, then read instead of the images; 'none' runs the "
                              "backbone every step (default artifacts/captioning/features)")
     parser.add_argument("--image-size", type=int, default=64, help="images are resized to this square side")
-    parser.add_argument("--epochs", type=int, default=30, help="passes over the training captions (default 30)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock budget for training only (evaluation, pictures and export come after)")
+    add_budget_arguments(parser, DEFAULT_EPOCHS, "training captions")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-length", type=int, default=20, help="longest caption in tokens, [start] / [end] "
                                                                    "included; longer captions are cut and counted")
@@ -79,13 +81,13 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
-    for flag in ("epochs", "batch_size", "beam_size", "image_size", "num_test", "num_validation"):
+    check_budget_arguments(parser, args)
+    args.epochs = budget_epochs(args.epochs, args.minutes, DEFAULT_EPOCHS)  # --minutes alone: until it ends
+    for flag in ("batch_size", "beam_size", "image_size", "num_test", "num_validation"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.max_length < 3:
         parser.error("--max-length must be at least 3 ([start], a word, [end])")
-    if args.minutes is not None and not args.minutes > 0:
-        parser.error("--minutes must be a positive number")
     return args
 
 
@@ -199,12 +201,14 @@ def run(args):
               "encoder": args.encoder, "image_size": args.image_size, "batch_size": args.batch_size,
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(
-        model, train, validation=validation, epochs=args.epochs, callbacks=callbacks, evaluate=evaluate_model,
+        model, train, validation=validation, epochs=args.epochs,  # resolved by parse_args
+        callbacks=callbacks, evaluate=evaluate_model,
         pictures=None if args.attention == "none" else pictures,
         export=None if args.no_export else core.saved_model_export(export, "captioner.weights.h5"),
         out_dir=out, record=record, verbose=args.verbose, strategy=strategy,
     )
-    print(f"results: {result['results_path']}")
+    if result["results_path"] is not None:  # else another worker of a multi-worker run: the chief reports
+        print(f"results: {result['results_path']}")
     return 0
 
 

@@ -34,9 +34,12 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and the tokenizer's ops
 
-from attnlayers.applications.core.cli import UsageError, load_corpus, run_script, start_runtime  # noqa: E402
+from attnlayers.applications.core.cli import (  # noqa: E402
+    UsageError, add_budget_arguments, check_budget_arguments, load_corpus, run_script, start_runtime,
+)
 
 PROG = os.path.basename(__file__)
 
@@ -66,10 +69,7 @@ def parse_args(argv=None):
                         help=f"dropout rate (default {default.dropout:g})")
     parser.add_argument("--held-out", type=float, default=default.held_out,
                         help=f"share of the documents held out for evaluation (default {default.held_out:g})")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="passes over the training windows (default: 10, or as many as --minutes allows)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock budget for training only (evaluation, samples and saving come after)")
+    add_budget_arguments(parser, 10, "training windows")
     parser.add_argument("--no-jit", dest="jit_compile", action="store_false",
                         help="do not compile the training step with XLA")
     core.add_runtime_arguments(parser)
@@ -86,10 +86,7 @@ def parse_args(argv=None):
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.vocab is None and args.vocab_size < 257:
         parser.error("--vocab-size must be at least 257 (the 256 byte symbols and <|endoftext|>)")
-    if args.epochs is not None and args.epochs < 1:
-        parser.error("--epochs must be at least 1")
-    if args.minutes is not None and not args.minutes > 0:
-        parser.error("--minutes must be a positive number")
+    check_budget_arguments(parser, args)
     if not 0 < args.held_out < 1:
         parser.error("--held-out must be between 0 and 1")
     if not 0 < args.warmup_fraction < 1:
@@ -125,7 +122,7 @@ def main(argv=None):
 def run(args):
     import keras
 
-    from attnlayers.applications.core.runtime import is_chief, worker_directory
+    from attnlayers.applications.core.runtime import worker_directory
     from attnlayers.applications.gpt import recipes
 
     if args.vocab is not None:
@@ -141,9 +138,10 @@ def run(args):
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     documents = load_documents(args.corpus)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
-    export = args.export if is_chief(strategy) or args.export is None else os.path.join(out, "export")
     result = recipes.run_training(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
-                                  strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=export)
+                                  strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=args.export)
+    if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
+        return 0
     print(f"results: {result['results_path']}")
     checkpoint = os.path.join(out, recipes.CHECKPOINT_DIR)
     print(f"load it: attnlayers.applications.gpt.load_hf_checkpoint({checkpoint!r}) or "

@@ -1,7 +1,7 @@
 """Train, evaluate and export a translation model from attnlayers.applications.nmt.
 
     python examples/train_nmt.py --model bahdanau --data synthetic --epochs 10
-    python examples/train_nmt.py --model transformer --data de-en --epochs 100 --minutes 20
+    python examples/train_nmt.py --model transformer --data de-en --minutes 20        # until the budget ends
     python examples/train_nmt.py --model luong --data tsv:pairs.tsv --epochs 20 --strategy mirrored
 
 Data: "synthetic" (generated, with gold alignments; nothing to install), "de-en" (German-English sentence
@@ -28,12 +28,32 @@ import sys
 import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import UsageError, run_script, start_runtime, usage_error  # noqa: E402
+from attnlayers.applications.core.cli import (  # noqa: E402
+    UsageError, add_budget_arguments, budget_epochs, check_budget_arguments, run_script, start_runtime, usage_error,
+)
 
 MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")
 PROG = os.path.basename(__file__)
+DEFAULT_EPOCHS = 10
+HELD_OUT = 1000  # --num-validation / --num-test default (SYNTHETIC_HELD_OUT on synthetic data)
+SYNTHETIC_HELD_OUT = 500
+HELD_OUT_FRACTION = 0.1  # each held-out split takes at most this share of the pairs
+TINY_TRAINING = 1000  # fewer training pairs than this (tsv / de-en) get a warning
+
+
+def _columns(text):
+    """--columns SOURCE,TARGET (1-based field numbers) -> the 0-based pair read_tsv takes."""
+    try:
+        source, target = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected SOURCE,TARGET field numbers such as 1,2; received {text!r}")
+    if source < 1 or target < 1 or source == target:
+        raise argparse.ArgumentTypeError(f"expected two different field numbers counted from 1, such as 1,2 or "
+                                         f"2,1; received {text!r}")
+    return source - 1, target - 1
 
 
 def parse_args(argv=None):
@@ -59,11 +79,17 @@ def parse_args(argv=None):
                         help="older name of the recipe: tiny = --variant tiny, base = the model's default recipe")
     parser.add_argument("--data", default="synthetic",
                         help="synthetic | de-en | tsv:PATH (default: synthetic)")
-    parser.add_argument("--epochs", type=int, default=10, help="passes over the training split (default 10)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock budget for training only (checked after every step; the epoch's "
-                             "validation still runs); evaluation, pictures and export come after it and are not "
-                             "counted. The end of the run says whether it stopped training and where")
+    parser.add_argument("--header", choices=("auto", "yes", "no"), default=None,
+                        help="--data tsv:PATH only: is the file's first line a header row? auto (default): skip it "
+                             "when both fields look like column names (source / target, src / tgt, input / output, "
+                             "language names such as English / French, language codes such as en / de) and say "
+                             "so; yes: always skip it; no: it is a pair")
+    parser.add_argument("--columns", type=_columns, default=None, metavar="SOURCE,TARGET",
+                        help="--data tsv:PATH only: which tab-separated fields are the source and the target, "
+                             "counted from 1, e.g. 1,2 for the first two fields of a three-column Tatoeba / Anki "
+                             "file (english<TAB>french<TAB>attribution) or 2,1 to translate the other way; lines "
+                             "need at least that many fields (default: lines of exactly two fields)")
+    add_budget_arguments(parser, DEFAULT_EPOCHS, "training split")
     parser.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch (default 64)")
     core.add_runtime_arguments(parser)
     parser.add_argument("--vocabulary-size", type=int, default=None,
@@ -76,7 +102,14 @@ def parse_args(argv=None):
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="Adam learning rate (default: the recipe's: 1e-3 for the RNNs, the warm-up schedule "
                              "for the Transformer)")
-    parser.add_argument("--num-test", type=int, default=1000, help="held-out test pairs (default 1000)")
+    held_out = (f"each held-out split gets min(asked, {HELD_OUT_FRACTION:.0%} of the pairs), at least 1 pair, so "
+                f"training keeps the majority (at least {1 - 2 * HELD_OUT_FRACTION:.0%} of 10 pairs or more)").replace("%", "%%")  # argparse
+    parser.add_argument("--num-validation", type=int, default=None,
+                        help=f"validation pairs (default {HELD_OUT}; {SYNTHETIC_HELD_OUT} on synthetic data); "
+                             f"{held_out}")
+    parser.add_argument("--num-test", type=int, default=None,
+                        help=f"held-out test pairs (default {HELD_OUT}; {SYNTHETIC_HELD_OUT} on synthetic data); "
+                             f"{held_out}")
     parser.add_argument("--seed", type=int, default=0, help="data split, shuffling and initialization seed")
     parser.add_argument("--out", default=None,
                         help="output directory, created once the data is read (default artifacts/nmt/MODEL-DATA)")
@@ -88,13 +121,17 @@ def parse_args(argv=None):
         parser.error(f"--data must be synthetic, de-en or tsv:PATH; received {args.data!r}")
     if args.data == "tsv:":
         parser.error("--data tsv:PATH needs a file name after 'tsv:'")
-    for flag in ("epochs", "batch_size", "max_length", "beam_size", "num_test"):
-        if getattr(args, flag) < 1:
+    if not args.data.startswith("tsv:"):
+        for flag in ("header", "columns"):
+            if getattr(args, flag) is not None:
+                parser.error(f"--{flag} applies to --data tsv:PATH only; received --data {args.data}")
+    check_budget_arguments(parser, args)
+    args.epochs = budget_epochs(args.epochs, args.minutes, DEFAULT_EPOCHS)  # --minutes alone: until it ends
+    for flag in ("batch_size", "max_length", "beam_size", "num_test", "num_validation"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.max_length < 2:
         parser.error("--max-length must be at least 2 ([START] / [END] take one place)")
-    if args.minutes is not None and not args.minutes > 0:
-        parser.error("--minutes must be a positive number")
     if args.vocabulary_size is not None and args.vocabulary_size <= 4:
         parser.error("--vocabulary-size must exceed the 4 reserved tokens")
     if args.variant is None and args.size == "tiny":
@@ -107,29 +144,69 @@ def parse_args(argv=None):
     return args
 
 
+def _read_tsv(path, args):
+    """The pairs of --data tsv:PATH with --header / --columns; a line without those fields is a UsageError naming
+    the flag that reads it."""
+    from attnlayers.applications.nmt import data
+
+    header = args.header or "auto"
+    try:
+        pairs, skipped = data.read_tsv_with_header(path, columns=args.columns, header=header)
+    except data.TsvFieldError as error:
+        if error.exact and error.field_count > 2:
+            raise UsageError(
+                f"{path}, line {error.line_number}: this line has {error.field_count} tab-separated fields: pass "
+                f"--columns 1,2 to take the first two (or --columns SOURCE,TARGET to choose which), "
+                f"{error.malformed} of {error.total} lines do not have exactly 2 fields") from None
+        if not error.exact:
+            columns = ",".join(str(c + 1) for c in args.columns)
+            raise UsageError(
+                f"{path}, line {error.line_number}: this line has {error.field_count} tab-separated "
+                f"field{'s' if error.field_count != 1 else ''}; --columns {columns} needs at least {error.needed} "
+                f"({error.malformed} of {error.total} lines have fewer)") from None
+        raise
+    if skipped is not None and header == "auto":
+        print(f"{path}: skipped the header row {chr(9).join(skipped)!r} (--header no reads it as a pair)")
+    return pairs
+
+
 def load_data(args):
-    """Reads, splits and tokenizes the data; problems the user can fix raise UsageError (one line)."""
+    """Reads, splits and tokenizes the data; problems the user can fix raise UsageError (one line).
+
+    Each held-out split gets min(--num-validation / --num-test, 10% of the pairs), at least one pair
+    (`nmt.data.held_out_sizes`); the sizes are printed when that cap applied. Fewer than 1,000 training pairs
+    (tsv / de-en) get a one-line warning on stderr."""
     from attnlayers.applications import nmt
+    from attnlayers.applications.nmt.data import held_out_sizes
 
     try:
+        default = HELD_OUT
         if args.data == "synthetic":
             pairs = nmt.synthetic_pairs(6000, seed=args.seed, max_length=min(14, args.max_length - 2))
-            num_test = min(args.num_test, 500)
+            default = SYNTHETIC_HELD_OUT
         elif args.data == "de-en":
             if not os.path.exists(nmt.DE_EN_PATH):
                 raise UsageError(f"{nmt.DE_EN_PATH}: the German-English pairs are not installed "
                                  "(apt-get install trans-de-en)")
-            pairs, num_test = nmt.load_de_en(), args.num_test
+            pairs = nmt.load_de_en()
         else:
             path = args.data[4:]
             if not os.path.isfile(path):
                 raise UsageError(f"{path}: no such file (--data tsv:PATH needs a file of source<TAB>target lines)")
-            pairs, num_test = nmt.read_tsv(path), args.num_test
+            pairs = _read_tsv(path, args)
             if len(pairs) == 0:
                 raise UsageError(f"{path}: no source<TAB>target pairs in the file")
-        if len(pairs) < num_test * 3:
-            num_test = max(1, len(pairs) // 10)
-        splits = nmt.split_pairs(pairs, num_test=num_test, num_validation=num_test, seed=args.seed)
+        asked = {"num_test": args.num_test or default, "num_validation": args.num_validation or default}
+        sizes = held_out_sizes(len(pairs), fraction=HELD_OUT_FRACTION, **asked)
+        if sizes != asked:
+            print(f"held out {sizes['num_validation']:,} validation / {sizes['num_test']:,} test pairs of "
+                  f"{len(pairs):,}: each held-out split takes at most {HELD_OUT_FRACTION:.0%} of the pairs "
+                  f"(asked: --num-validation {asked['num_validation']}, --num-test {asked['num_test']})")
+        splits = nmt.split_pairs(pairs, **sizes, seed=args.seed)
+        if args.data != "synthetic" and len(splits.train) < TINY_TRAINING:
+            print(f"warning: only {len(splits.train):,} training pairs: expect a model that memorises them, BLEU "
+                  f"near 0 on the test set; translation needs thousands of pairs (--data de-en has 14,795)",
+                  file=sys.stderr)
         if args.data == "synthetic":
             tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=300, target_vocabulary_size=300,
                                               model_type="word")
@@ -162,6 +239,10 @@ def run(args):
     print(f"data: {args.data}, {len(splits.train)} train / {len(splits.validation)} validation / "
           f"{len(splits.test)} test pairs; vocabulary {tokenizers.source.vocabulary_size} / "
           f"{tokenizers.target.vocabulary_size}{' (shared)' if tokenizers.shared else ''}")
+    asked = None if args.data == "synthetic" else (args.vocabulary_size or 4000)
+    if asked is not None and tokenizers.source.vocabulary_size < asked:
+        print(core.recipe.describe_vocabulary(tokenizers.source.vocabulary_size, asked, "SentencePiece",
+                                              "--vocabulary-size"))
     lengths = dict(max_source_length=args.max_length, max_target_length=args.max_length)
     truncated = {split: nmt.count_truncated(getattr(splits, split), tokenizers, **lengths)
                  for split in ("train", "validation", "test")}
@@ -230,12 +311,14 @@ def run(args):
               "max_length": args.max_length, "batch_size": args.batch_size, "truncated": truncated,
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(
-        model, train, validation=validation, epochs=args.epochs, callbacks=callbacks, evaluate=evaluate_model,
+        model, train, validation=validation, epochs=args.epochs,  # resolved by parse_args
+        callbacks=callbacks, evaluate=evaluate_model,
         pictures=None if args.model == "seq2seq" else pictures,
         export=None if args.no_export else core.saved_model_export(export, "translator.weights.h5"),
         out_dir=out, record=record, verbose=args.verbose, strategy=strategy,
     )
-    print(f"results: {result['results_path']}")
+    if result["results_path"] is not None:  # else another worker of a multi-worker run: the chief reports
+        print(f"results: {result['results_path']}")
     return 0
 
 

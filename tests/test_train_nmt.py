@@ -44,7 +44,11 @@ def test_help_explains_every_flag(script, capsys):
     for choice in ("seq2seq", "bahdanau", "luong", "local", "transformer", "tsv:PATH", "mirrored", "multi-worker",
                    "tpu", "mixed_bfloat16", "lowres", "--variant", "--precision"):
         assert choice in text
-    assert "training only" in " ".join(text.split())  # what --minutes bounds
+    text = " ".join(text.split())
+    assert "with --epochs, whichever ends first" in text and "as many as the budget allows" in text  # the budget rule
+    for flag in ("--num-validation", "--num-test", "--header", "--columns"):
+        assert flag in text
+    assert "min(asked, 10% of the pairs), at least 1 pair" in text  # the held-out rule
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -53,6 +57,14 @@ def test_help_explains_every_flag(script, capsys):
     (["--epochs", "0"], "--epochs must be at least 1"),
     (["--precision", "float8"], "invalid choice"),
     (["--model", "bahdanau", "--variant", "lowres"], "--variant lowres is not a recipe of --model bahdanau"),
+    (["--minutes", "0"], "--minutes must be a positive number"),
+    (["--num-validation", "0"], "--num-validation must be at least 1"),
+    (["--data", "tsv:x", "--header", "maybe"], "invalid choice"),
+    (["--data", "tsv:x", "--columns", "1"], "expected SOURCE,TARGET field numbers such as 1,2"),
+    (["--data", "tsv:x", "--columns", "2,2"], "expected two different field numbers counted from 1"),
+    (["--data", "tsv:x", "--columns", "0,1"], "expected two different field numbers counted from 1"),
+    (["--columns", "1,2"], "--columns applies to --data tsv:PATH only"),
+    (["--data", "de-en", "--header", "no"], "--header applies to --data tsv:PATH only"),
 ])
 def test_bad_flags_fail_with_a_message(script, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -112,3 +124,110 @@ def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
     assert results["variant"] == "tiny" and results["training"]["epochs"] == 1
     assert set(results["seconds"]) == {"train", "evaluate", "pictures", "export"}
     assert 700 < results["truncated"]["train"]["total"] < 900 - 2 * 50 + 1
+
+
+# --------------------------------------------------------------------------------------------------
+# --epochs / --minutes (the shared budget rule), held-out sizes, header rows, columns, the tiny-data warning:
+# parse_args and load_data called directly (no training).
+
+
+def test_epochs_and_minutes_follow_the_shared_budget_rule(script):
+    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+
+    assert script.parse_args([]).epochs == 10  # the default, no budget
+    minutes = script.parse_args(["--minutes", "1"])
+    assert minutes.epochs == UNBOUNDED_EPOCHS and minutes.minutes == 1.0  # until the budget ends
+    assert script.parse_args(["--epochs", "3"]).epochs == 3
+    both = script.parse_args(["--epochs", "3", "--minutes", "2"])  # whichever ends first
+    assert (both.epochs, both.minutes) == (3, 2.0)
+
+
+def _write_tsv(path, count, header=None, extra=None, seed=2):
+    from attnlayers.applications import nmt
+
+    pairs = nmt.synthetic_pairs(count, seed=seed, max_length=6)
+    lines = [f"{s}\t{t}" + (f"\t{extra}" if extra else "") for s, t in pairs]
+    path.write_text("".join(line + "\n" for line in ([header] if header else []) + lines), encoding="utf-8")
+    return pairs
+
+
+def _load(script, path, *flags):
+    return script.load_data(script.parse_args(["--data", f"tsv:{path}", "--vocabulary-size", "120", *flags]))
+
+
+def _sizes(splits):
+    return len(splits.train), len(splits.validation), len(splits.test)
+
+
+def test_held_out_sizes_scale_smoothly(script, capsys, tmp_path):
+    tsv = tmp_path / "pairs.tsv"
+    _write_tsv(tsv, 3000)
+    assert _sizes(_load(script, tsv)[0]) == (2400, 300, 300)  # was 1000 / 1000 / 1000
+    out = capsys.readouterr().out
+    assert "held out 300 validation / 300 test pairs of 3,000: each held-out split takes at most 10%" in out
+    _write_tsv(tsv, 2999)
+    assert _sizes(_load(script, tsv)[0]) == (2401, 299, 299)
+    splits, _ = _load(script, tsv, "--num-validation", "50", "--num-test", "20")  # asked sizes below the cap
+    assert _sizes(splits) == (2929, 50, 20) and "held out" not in capsys.readouterr().out.split("299 test")[-1]
+
+
+def test_synthetic_keeps_its_sizes(script, capsys):
+    splits, _ = script.load_data(script.parse_args([]))
+    assert _sizes(splits) == (5000, 500, 500)
+    splits, _ = script.load_data(script.parse_args(["--num-validation", "100", "--num-test", "200"]))
+    assert _sizes(splits) == (5700, 100, 200)
+    captured = capsys.readouterr()
+    assert "held out" not in captured.out and "warning" not in captured.err  # no cap, no tiny-data warning
+
+
+@pytest.mark.parametrize("header", ["source\ttarget", "English\tFrench", "en\tde"])
+def test_a_header_row_is_skipped_and_said(script, capsys, tmp_path, header):
+    tsv = tmp_path / "pairs.tsv"
+    pairs = _write_tsv(tsv, 40, header=header)
+    splits, _ = _load(script, tsv)
+    assert sum(_sizes(splits)) == 40 and header.split("\t")[0] not in splits.train.source
+    assert f"skipped the header row {header!r} (--header no reads it as a pair)" in capsys.readouterr().out
+    splits, _ = _load(script, tsv, "--header", "no")
+    assert sum(_sizes(splits)) == 41  # read as a pair
+    splits, _ = _load(script, tsv, "--header", "yes")
+    assert sum(_sizes(splits)) == 40 and "skipped the header" not in capsys.readouterr().out
+    headless = tmp_path / "headless.tsv"
+    _write_tsv(headless, 40)
+    assert sum(_sizes(_load(script, headless, "--header", "auto")[0])) == 40
+    splits, _ = _load(script, headless, "--header", "yes")  # yes: the first line, whatever it is
+    kept = splits.train.source + splits.validation.source + splits.test.source
+    assert len(kept) == 39 and pairs.source[0] not in kept
+
+
+def test_a_three_column_file_needs_columns(script, capsys, tmp_path):
+    tsv = tmp_path / "fra.txt"
+    pairs = _write_tsv(tsv, 30, extra="CC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM)")
+    with pytest.raises(script.UsageError) as error:
+        _load(script, tsv)
+    assert str(error.value) == (f"{tsv}, line 1: this line has 3 tab-separated fields: pass --columns 1,2 to take "
+                                "the first two (or --columns SOURCE,TARGET to choose which), 30 of 30 lines do not "
+                                "have exactly 2 fields")
+    splits, _ = _load(script, tsv, "--columns", "1,2")
+    assert sum(_sizes(splits)) == 30 and set(splits.train.source) <= set(pairs.source)
+    splits, _ = _load(script, tsv, "--columns", "2,1")  # the other direction
+    assert set(splits.train.source) <= set(pairs.target)
+    with pytest.raises(script.UsageError, match=r"line 1: this line has 3 tab-separated fields; --columns 1,4 "
+                                                r"needs at least 4 \(30 of 30 lines have fewer\)"):
+        _load(script, tsv, "--columns", "1,4")
+    capsys.readouterr()
+    assert script.main(["--data", f"tsv:{tsv}", "--out", str(tmp_path / "run")]) == 2  # one line, exit status 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "pass --columns 1,2 to take the first two" in lines[0], lines
+
+
+def test_tiny_training_data_gets_a_warning(script, capsys, tmp_path):
+    tsv = tmp_path / "pairs.tsv"
+    _write_tsv(tsv, 5)
+    splits, _ = _load(script, tsv)
+    assert _sizes(splits) == (3, 1, 1)
+    warning = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and warning[0].startswith("warning: only 3 training pairs: expect a model that "
+                                                       "memorises them, BLEU near 0"), warning
+    _write_tsv(tsv, 1300)  # 1,040 training pairs: no warning
+    _load(script, tsv)
+    assert "warning" not in capsys.readouterr().err

@@ -38,6 +38,7 @@ import numpy as np
 
 from attnlayers.validation import one_of, positive_int
 
+from ..core.cli import budget_epochs
 from ..core.optimizers import add_optimizer_arguments  # the example scripts' flags (re-exported here)
 from .baselines import classification_scores, task_baseline
 
@@ -130,12 +131,6 @@ class FinetuningSettings:
             positive_int(getattr(self, name), name, allow_none=True)
         if self.sequence_length is None:
             self.sequence_length = TASK_SEQUENCE_LENGTH[self.task]
-
-
-def _epochs(epochs, minutes, default):
-    if epochs is not None:
-        return positive_int(epochs, "epochs")
-    return 100_000 if minutes is not None else default  # a budget: as many epochs as it allows
 
 
 # ---- the optimizer: BERT's AdamW with a learning rate set by the budget ---------------------------------------
@@ -312,6 +307,7 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     import tensorflow as tf
 
     from ..core import corpora, describe_runtime, run_recipe, static_shapes
+    from ..core.recipe import describe_vocabulary
     from ..core.distribution import held_out_batch_size
     from .config import BertConfig
     from .pretrainer import BertPretrainer
@@ -344,8 +340,9 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
         model = BertPretrainer(built_backbone(config))
         schedule = compile_budgeted(model, model.compile_for_pretraining, settings.learning_rate,
                                     settings.warmup_fraction, settings.weight_decay, settings.minutes)
-    print(f"data: {len(train_documents)} training / {len(held_documents)} held-out documents; vocabulary "
-          f"{tokenizer.vocabulary_size} tokens; model: BERT {settings.config} ({config.num_layers} layers, d "
+    learned = None if vocabulary else settings.vocabulary_size
+    print(f"data: {len(train_documents)} training / {len(held_documents)} held-out documents; "
+          f"{describe_vocabulary(tokenizer.vocabulary_size, learned, 'WordPiece')}; model: BERT {settings.config} ({config.num_layers} layers, d "
           f"{config.hidden_dim}), {config.parameter_count():,} backbone parameters; {describe_runtime(strategy)}",
           flush=True)
     baselines = {}
@@ -379,7 +376,7 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     record = {"task": "pretraining", "init": "random", "corpus": corpus, **dataclasses.asdict(settings),
               "train_documents": len(train_documents), "held_out_documents": len(held_documents),
               "vocabulary": tokenizer.vocabulary_size, "runtime": describe_runtime(strategy), **(record or {})}
-    epochs = _epochs(settings.epochs, settings.minutes, 10)
+    epochs = budget_epochs(settings.epochs, settings.minutes, 10)
     return run_recipe(model, train, validation=held, epochs=epochs,
                       callbacks=_callbacks(out_dir, settings.minutes, None, schedule, tensorboard, backup),
                       evaluate=evaluate, pictures=pictures, export=export, out_dir=out_dir, record=record,
@@ -632,10 +629,14 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
         print(f"exported {export_dir}: tf.saved_model.load(path) serves strings (attnlayers not needed)")
         return export_dir
 
-    record = {**dataclasses.asdict(settings), "task": task, "init": init, "init_path": settings.init,
+    # init_path: the directory whose weights were loaded (None from scratch); architecture: whose config.json and
+    # vocab.txt were read (with pretrained weights, that same directory, whatever --architecture said)
+    record = {**dataclasses.asdict(settings), "task": task, "init": init,
+              "init_path": None if init == "scratch" else settings.init,
+              "architecture": settings.architecture if init == "scratch" else settings.init,
               "labels": list(data.labels), "examples": sizes,
               "cut": cut, "runtime": describe_runtime(strategy), **(record or {})}
-    epochs = _epochs(settings.epochs, settings.minutes, 3)
+    epochs = budget_epochs(settings.epochs, settings.minutes, 3)
     return run_recipe(model, train, validation=validation, epochs=epochs,
                       callbacks=_callbacks(out_dir, settings.minutes, BestWeights("val_accuracy"), schedule,
                                            tensorboard, backup),

@@ -59,6 +59,42 @@ def load_corpus(corpus, read_text_documents):
     raise UsageError(f"--corpus {corpus}: expected kjv or text:PATH")
 
 
+#: The epochs of a run bounded by ``--minutes`` alone: as many as the budget allows.
+UNBOUNDED_EPOCHS = 100_000
+
+
+def budget_epochs(epochs, minutes, default):
+    """The ``epochs`` for ``fit`` of ``--epochs`` / ``--minutes``, the one meaning every script gives them:
+    ``epochs`` when given (``minutes`` may still stop sooner); else ``default`` without a budget, and as many as
+    the budget allows (:data:`UNBOUNDED_EPOCHS`) with one."""
+    if epochs is not None:
+        return epochs
+    return UNBOUNDED_EPOCHS if minutes is not None else default
+
+
+def add_budget_arguments(parser, default_epochs, unit):
+    """Adds ``--epochs`` and ``--minutes`` with the meaning every example script gives them (read them back with
+    :func:`budget_epochs`; check them with :func:`check_budget_arguments`): ``--minutes`` alone trains until the
+    budget ends, ``--epochs`` alone runs that many epochs, both stop at whichever comes first."""
+    parser.add_argument("--epochs", type=int, default=None,
+                        help=f"passes over the {unit} (default: {default_epochs} without --minutes; with --minutes, "
+                             "as many as the budget allows)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="train until this many minutes of training have passed (checked after every step; "
+                             "each epoch's validation still runs); with --epochs, whichever ends first. Evaluation, "
+                             "pictures and export come after training and are not counted. A run resumed from "
+                             "OUT's backup gets what the interrupted one had left")
+    return parser
+
+
+def check_budget_arguments(parser, args):
+    """``parser.error`` for an ``--epochs`` below 1 or a ``--minutes`` that is not a positive number."""
+    if args.epochs is not None and args.epochs < 1:
+        parser.error("--epochs must be at least 1")
+    if args.minutes is not None and not args.minutes > 0:
+        parser.error("--minutes must be a positive number")
+
+
 def run_script(prog, parse_args, run, argv=None):
     """``run(parse_args(argv))``; a :class:`UsageError` prints ``"PROG: error: ..."`` to stderr and returns 2."""
     args = parse_args(argv)

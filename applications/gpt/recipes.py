@@ -40,6 +40,7 @@ import os
 import numpy as np
 
 from attnlayers.validation import positive_int
+from ..core.cli import budget_epochs
 
 CHECKPOINT_DIR, TOKENIZER_DIR = "checkpoint", "tokenizer"
 DEFAULT_OUT = os.path.join("artifacts", "gpt", "kjv")
@@ -216,12 +217,6 @@ def _whole_batches(windows, mask, batch_size, pad_token_id):
             np.concatenate([mask, np.zeros((extra, mask.shape[1]), bool)]))
 
 
-def _epochs(epochs, minutes):
-    if epochs is not None:
-        return epochs
-    return 100_000 if minutes is not None else 10  # a budget: as many epochs as it allows
-
-
 def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy=None, verbose=1,
                  results_file="results.json", record=None, tensorboard=True, backup=True, corpus="kjv",
                  export_dir=None, samples=3, callbacks=()):
@@ -250,6 +245,7 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
     import tensorflow as tf
 
     from ..core import describe_runtime, run_recipe, standard_callbacks, static_shapes
+    from ..core.recipe import describe_vocabulary
     from ..core.corpora import split_documents
     from . import data
     from .model import GPT, GPTConfig
@@ -284,7 +280,9 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
         schedule = compile_for_training(model, settings)
     print(f"data: {len(train_texts)} training / {len(held_texts)} held-out documents, {int(counts.sum()):,} / "
           f"{len(held_labels):,} label tokens, {len(train_windows[0]):,} / {len(held_windows[0]):,} windows of "
-          f"{settings.sequence_length} + 1; vocabulary {tokenizer.vocabulary_size} BPE tokens; model: GPT "
+          f"{settings.sequence_length} + 1; "
+          f"{describe_vocabulary(tokenizer.vocabulary_size, None if vocabulary else settings.vocabulary_size, 'BPE')}"
+          f"; model: GPT "
           f"{settings.config} ({config.num_layers} layers, d {config.hidden_dim}, {config.num_heads} heads), "
           f"{config.parameter_count():,} parameters; {describe_runtime(strategy)}", flush=True)
     baselines = {"unigram_perplexity": data.unigram_perplexity(counts, held_labels),
@@ -326,7 +324,7 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
               "held_out_windows": len(held_windows[0]), "runtime": describe_runtime(strategy), **(record or {})}
     fit_callbacks = standard_callbacks(out_dir if (tensorboard or backup) else None, minutes=settings.minutes,
                                        tensorboard=tensorboard, backup=backup) + [schedule, *callbacks]
-    return run_recipe(model, train, validation=held, epochs=_epochs(settings.epochs, settings.minutes),
+    return run_recipe(model, train, validation=held, epochs=budget_epochs(settings.epochs, settings.minutes, 10),
                       callbacks=fit_callbacks, evaluate=evaluate, pictures=pictures, export=export, out_dir=out_dir,
                       record=record, verbose=verbose, strategy=strategy, results_file=results_file)
 

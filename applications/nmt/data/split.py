@@ -94,3 +94,40 @@ def split_pairs(pairs: Pairs, *, num_test: int = 1000, num_validation: int = 100
         test=pairs.select(indices["test"]),
         indices=indices,
     )
+
+
+def held_out_sizes(num_pairs: int, *, num_test: int = 1000, num_validation: int = 1000,
+                   fraction: float = 0.1) -> dict:
+    """Validation and test sizes that scale smoothly with the corpus, for `split_pairs(pairs, **sizes)`.
+
+    Each held-out split gets ``min(requested, max(1, floor(fraction * num_pairs)))`` pairs: the requested size
+    when the corpus is large enough, else a tenth of it (by default), at least one pair. So training keeps at
+    least ``1 - 2 * fraction`` of the pairs once ``fraction * num_pairs >= 1`` (80% of 10 pairs or more by default;
+    the majority from 5 pairs on), and the sizes grow one pair at a time with the corpus instead of jumping: 2,999 pairs give 299 / 299, 3,000 give 300 / 300,
+    10,000 and more give 1,000 / 1,000.
+
+    Args:
+        num_pairs: the corpus size, at least 3 (one pair for each split).
+        num_test: the test size asked for (>= 1).
+        num_validation: the validation size asked for (>= 1).
+        fraction: the largest share of the corpus each held-out split may take, in (0, 0.5).
+
+    Returns:
+        ``{"num_test": ..., "num_validation": ...}``.
+
+    Raises:
+        ValueError: for fewer than 3 pairs, sizes below 1 or a fraction outside (0, 0.5).
+    """
+    num_pairs = non_negative_int(num_pairs, "num_pairs")
+    num_test = non_negative_int(num_test, "num_test")
+    num_validation = non_negative_int(num_validation, "num_validation")
+    if num_test < 1 or num_validation < 1:
+        raise ValueError(f"held_out_sizes needs num_test >= 1 and num_validation >= 1; received num_test={num_test}, "
+                         f"num_validation={num_validation}.")
+    if not 0.0 < fraction < 0.5:
+        raise ValueError(f"held_out_sizes needs 0 < fraction < 0.5; received fraction={fraction!r}.")
+    if num_pairs < 3:
+        raise ValueError(f"Only {num_pairs} sentence pairs: training, validation and test need at least one "
+                         f"pair each (3 pairs).")
+    cap = max(1, int(fraction * num_pairs + 1e-9))  # 0.1 * 30 must give 3, whatever the float rounding
+    return {"num_test": min(num_test, cap), "num_validation": min(num_validation, cap)}

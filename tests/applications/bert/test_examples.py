@@ -171,6 +171,9 @@ def test_finetuning_runs_reports_and_exports(task, init, export, pretrained, fin
     printed = capsys.readouterr().out
     result = json.loads((out / "results.json").read_text())
     assert result["task"] == task and result["init"] == init and result["training"]["epochs"] == 1
+    # the directory read, never --architecture's default beside pretrained weights
+    assert result["architecture"] == str(checkpoint)
+    assert result["init_path"] == (str(checkpoint) if init == "pretrained" else None)
     assert result["parameters"] > 0 and result["training"]["steps"] > 0
     assert 0.0 <= result["test"]["accuracy"] <= 1.0 and 0.0 <= result["baseline"]["accuracy"] <= 1.0
     assert result["baseline"]["name"] in printed and f"| {task} | {init} |" in printed

@@ -68,3 +68,20 @@ def test_data_problems_are_one_line_errors(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("train_captioning.py: error:")
     assert not (tmp_path / "artifacts").exists()
+
+
+def test_epochs_and_minutes_follow_the_shared_budget_rule(script, capsys):
+    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+
+    assert script.parse_args([]).epochs == 30  # the default, no budget
+    assert script.parse_args(["--minutes", "1"]).epochs == UNBOUNDED_EPOCHS  # until the budget ends
+    both = script.parse_args(["--epochs", "3", "--minutes", "2"])  # whichever ends first
+    assert (both.epochs, both.minutes) == (3, 2.0)
+    with pytest.raises(SystemExit):
+        script.parse_args(["--minutes", "-1"])
+    assert "--minutes must be a positive number" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "passes over the training captions (default: 30 without --minutes" in text
+    assert "with --epochs, whichever ends first" in text
