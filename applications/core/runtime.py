@@ -17,8 +17,8 @@ Strategies:
 - ``multi-worker``: ``tf.distribute.MultiWorkerMirroredStrategy``; every worker runs the same command with the
   environment variable ``TF_CONFIG`` describing the cluster and its own index (``core.launch.launch_workers``
   starts N local workers with theirs). Create it first thing in the program, before any other TensorFlow op.
-  Keras 3's ``Model.fit`` fails under this strategy as shipped; :func:`make_strategy` patches the two places
-  (see ``_keras_distribution_fixes``).
+  Keras 3's ``Model.fit`` fails under this strategy as shipped; :func:`make_strategy` installs the fixes of
+  ``core.keras_fixes``.
 - ``tpu``: ``tf.distribute.TPUStrategy`` through ``TPUClusterResolver(tpu=...)`` (a Cloud TPU name or
   ``grpc://`` address; "" or "local" for a TPU VM). Data must have static shapes there
   (``make_dataset(..., pad_to_max_length=True, drop_remainder=True)`` in the NMT application).
@@ -48,6 +48,8 @@ import keras
 import numpy as np
 
 from attnlayers.validation import one_of
+
+from . import keras_fixes
 
 STRATEGIES = ("none", "data-parallel", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -103,7 +105,7 @@ def make_strategy(name="none", *, tpu=None, devices=None):
 
     if name == "none":
         return tf.distribute.get_strategy()
-    _keras_distribution_fixes()
+    keras_fixes.apply_distribution_fixes()  # Keras' trainer under several replicas (keras_fixes' docstring)
     if name in ("mirrored", "data-parallel"):
         if devices is None:
             gpus = tf.config.list_logical_devices("GPU")
@@ -130,100 +132,6 @@ def make_strategy(name="none", *, tpu=None, devices=None):
             f"strategy 'tpu': no TPU is available here (tpu={tpu!r}: {detail}). Run on a TPU VM or pass --tpu NAME."
         ) from None
     return tf.distribute.TPUStrategy(resolver)
-
-
-def _keras_distribution_fixes():
-    """Three fixes to Keras 3's TensorFlow trainer and optimizer under ``tf.distribute`` strategies of more than
-    one replica, without which training there fails or differs from one device:
-
-    1. Before training, the trainer builds the model from the first batch (``_maybe_symbolic_build``) by averaging
-       the batch's per-replica values with ``strategy.reduce("MEAN", batch)``. That only needs their shapes and
-       dtypes, fails on a boolean input such as a padding mask (MirroredStrategy: no ``AddN`` for bool) and on a
-       nest under MultiWorkerMirroredStrategy ("Attempt to convert a value (PerReplica ...) to a Tensor"). Here
-       the build reads each value's first local replica: the same shapes and dtypes, no cross-replica op.
-    2. Multi-worker: after each step, the per-replica metric results are averaged across workers with
-       ``strategy.reduce("MEAN", value, axis=0)``; a metric result is a scalar, which has no axis 0 ("Invalid
-       reduction dimension 0 for input with 0 dimensions"). Here scalars are averaged across replicas
-       (``axis=None``), which is what axis 0 means for a batch of values.
-    3. Gradient clipping (``clipnorm`` / ``global_clipnorm`` / ``clipvalue``) runs in each replica on its share
-       of the gradient, before the all-reduce that sums the shares: N replicas clip N partial gradients, not the
-       gradient of the global batch, and training differs from one device whenever clipping is active (measured
-       on the GPT and BERT recipes' first steps: 7e-4 / 3e-3 weight differences after 3 steps). Here, when a
-       clipping option is set, the gradients are summed across replicas first and then clipped, and the later
-       all-reduce passes them through: the same single all-reduce, in another place.
-
-    Applied once, by :func:`make_strategy` for every strategy but the default one. Each fix checks that Keras
-    still has what it changes, and warns (and leaves Keras as it is) if not.
-    """
-    import warnings
-
-    import tensorflow as tf
-
-    try:  # Keras' private trainer and optimizer modules: the only places these steps can be changed
-        from keras.src.backend.tensorflow import optimizer as tf_optimizer
-        from keras.src.backend.tensorflow import trainer
-    except ImportError:
-        trainer = tf_optimizer = None
-    names = ("_maybe_symbolic_build", "reduce_per_replica", "_collective_all_reduce_multi_worker")
-    optimizer_names = ("_clip_gradients", "_all_reduce_sum_gradients")
-    if (trainer is None or not all(hasattr(trainer.TensorFlowTrainer, n) or hasattr(trainer, n) for n in names)
-            or not all(hasattr(tf_optimizer.TFOptimizer, n) for n in optimizer_names)):
-        warnings.warn(f"Keras {keras.__version__} moved its TensorFlow trainer / optimizer internals; the "
-                      "distribution fixes are not applied (Model.fit may fail, or clip per replica, under "
-                      "tf.distribute strategies).", stacklevel=3)
-        return
-    if getattr(trainer, "_attnlayers_distribution_fixes", False):
-        return
-    build, reduce_per_replica = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
-    clip, all_reduce_sum = tf_optimizer.TFOptimizer._clip_gradients, tf_optimizer.TFOptimizer._all_reduce_sum_gradients
-
-    def first_local(x, strategy):
-        return strategy.experimental_local_results(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        if iterator is None or self._distribute_strategy is None:
-            return build(self, iterator=iterator, data_batch=data_batch)
-        batch = None
-        for _, _, it in iterator:
-            batch = tf.nest.map_structure(lambda x: first_local(x, self.distribute_strategy), next(it))
-            break
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=batch)
-
-    def reduce_scalars_per_replica(values, strategy, reduction):
-        if reduction not in ("auto", "mean") or not trainer._collective_all_reduce_multi_worker(strategy):
-            return reduce_per_replica(values, strategy, reduction)
-
-        def reduce(v):
-            if first_local(v, strategy).shape.rank == 0:  # one local replica: a plain scalar tensor
-                return strategy.reduce("MEAN", v, axis=None)
-            return reduce_per_replica(v, strategy, reduction)
-
-        return tf.nest.map_structure(reduce, values)
-
-    def sums_before_clipping(optimizer):
-        context = tf.distribute.get_replica_context()
-        return (context is not None and context.num_replicas_in_sync > 1
-                and not optimizer.gradient_accumulation_steps
-                and bool(optimizer.clipnorm or optimizer.global_clipnorm or optimizer.clipvalue))
-
-    def _clip_gradients(self, grads):
-        if sums_before_clipping(self):  # clip the sum of the replicas' shares: the global batch's gradient
-            present = [g for g in grads if g is not None]
-            summed = iter(tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, present))
-            grads = [None if g is None else next(summed) for g in grads]
-        return clip(self, grads)
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        if sums_before_clipping(self):  # summed by _clip_gradients already
-            return list(grads_and_vars)
-        return all_reduce_sum(self, grads_and_vars)
-
-    trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
-    trainer.reduce_per_replica = reduce_scalars_per_replica
-    tf_optimizer.TFOptimizer._clip_gradients = _clip_gradients
-    tf_optimizer.TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
-    trainer._attnlayers_distribution_fixes = True
 
 
 def set_precision(precision="float32"):
