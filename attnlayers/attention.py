@@ -149,7 +149,8 @@ class AttentionBase(keras.layers.Layer):
         key = value if key is None else ops.convert_to_tensor(key)
         _check_memory_shapes(value.shape, key.shape)
         check_feature_size(key.shape, self._key_dim, "key" if key is not value else "value")
-        value_mask = masking.check_mask(value_mask, "value_mask", (value.shape[0], value.shape[1]))
+        # ops.shape: a size only known at run time (tf.function with None axes) is checked when the graph runs.
+        value_mask = masking.check_mask(value_mask, "value_mask", tuple(ops.shape(value)[:2]))
         keys = self.scorer.prepare_keys(ops.cast(key, self.scorer.compute_dtype))
         return {"value": ops.cast(value, self.compute_dtype), "keys": keys, "value_mask": value_mask}
 
@@ -229,7 +230,7 @@ class AttentionBase(keras.layers.Layer):
                 query_mask = ops.expand_dims(query_mask, 1)
             if attention_mask is not None and len(attention_mask.shape) == 2:
                 attention_mask = ops.expand_dims(attention_mask, 1)
-        batch, t, s = query.shape[0], query.shape[1], key.shape[1]
+        (batch, t), s = ops.shape(query)[:2], ops.shape(key)[1]  # sizes known only at run time: checked then
         query_mask = masking.check_mask(query_mask, "query_mask", (batch, t))
         attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, t, s))
         return query, value, key, query_mask, attention_mask, single_step
@@ -407,7 +408,7 @@ class AttentionPooling(AttentionBase):
         check_rank(inputs.shape, 3, "inputs", _INPUTS_LAYOUT)
         check_feature_size(inputs.shape, self._key_dim, "inputs")
         # Checked here so that an error names this layer's argument, `mask`.
-        mask = masking.check_mask(mask, "mask", (inputs.shape[0], inputs.shape[1]))
+        mask = masking.check_mask(mask, "mask", tuple(ops.shape(inputs)[:2]))
         batch = ops.shape(inputs)[0]
         query = ops.broadcast_to(ops.cast(self.query, inputs.dtype), (batch, self.query.shape[0]))
         return self._attend(

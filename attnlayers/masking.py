@@ -12,7 +12,7 @@ import keras
 import ml_dtypes  # finfo for bfloat16 too; a dependency of TensorFlow and JAX
 from keras import backend, ops
 
-from attnlayers.validation import format_shape, positive_int
+from attnlayers.validation import format_shape, is_int, positive_int
 
 _REDUCED_PRECISION = ("float16", "bfloat16")
 
@@ -67,15 +67,72 @@ def _static_shape(x):
     return tuple(x.shape)
 
 
+def static_sizes(shape):
+    """``shape`` (ints, None, or scalar tensors from ``ops.shape`` of a tensor with dynamic axes) with every
+    size not known while tracing as None: what error messages and static checks read."""
+    return tuple(int(s) if is_int(s) else None for s in shape)
+
+
+def _mask_layout(name, rank):
+    if rank == 3:
+        return "(B, T, S)"
+    return "(B, T)" if rank == 2 and ("query" in name or "decoder" in name or name == "padding_mask") else (
+        "(B, S)" if rank == 2 else f"rank {rank}")
+
+
+def _graph_tensor(x):
+    """True for a TensorFlow tensor of a graph being traced (tf.function, SavedModel, tf.data): the only place a
+    mask's size can be unknown until run time. JAX traces (jit) always have static shapes."""
+    if backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf  # the TensorFlow backend only: the runtime assertion below
+
+    return tf.is_tensor(x) and not tf.executing_eagerly()
+
+
+def _assert_mask_shape(mask, name, expected_shape, static_expected):
+    """Under ``tf.function`` with dynamic axes (an ``input_signature`` with None batch / length), sizes are
+    only known when the graph runs: one runtime assertion (a few scalar ops) that each axis of ``mask`` is 1 or
+    the expected size. It names the argument, the expected shape and the one received, where an op error deep
+    inside the attention (SelectV2 / broadcasting) would name neither. Only the axes that the static check could
+    not decide are compared. Under XLA (``jit_compile=True``) shapes are static when the program compiles: the
+    assertion compiles to nothing and a wrong size fails XLA's own shape check (a broadcasting error)."""
+    import tensorflow as tf
+
+    axes = [
+        axis for axis, (got, want) in enumerate(zip(_static_shape(mask), expected_shape))
+        if want is not None and got != 1 and (got is None or static_expected[axis] is None)
+    ]
+    if not axes:
+        return mask
+    mask_shape = tf.shape(mask, out_type=tf.int32)
+    got = tf.stack([mask_shape[axis] for axis in axes])
+    want = tf.stack([tf.cast(expected_shape[axis], "int32") for axis in axes])
+    ok = tf.reduce_all(tf.logical_or(tf.equal(got, want), tf.equal(got, 1)))
+    layout = _mask_layout(name, len(expected_shape))
+    expected = tf.stack([tf.cast(s if s is not None else -1, "int32") for s in expected_shape])
+    check = tf.debugging.Assert(
+        ok,
+        [f"`{name}` must have shape {layout} =", expected, "(an axis of size 1 broadcasts; -1: any size); "
+         "received shape", mask_shape],
+        name=f"check_{name}_shape",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(mask)
+
+
 def check_mask(mask, name, expected_shape):
     """Validates a user-provided mask and returns it as a boolean tensor.
 
     Args:
         mask: tensor or None. Boolean or integer (0/1); True / nonzero = may attend.
         name: argument name, for error messages.
-        expected_shape: tuple; each entry is the size the mask must have on that axis, or None when unknown.
+        expected_shape: tuple; each entry is the size the mask must have on that axis: an int, None when
+            unknown, or a scalar tensor (an entry of ``ops.shape(x)`` for an axis only known at run time).
             An axis of size 1 broadcasts. The rank must match exactly: no silent broadcasting of a
-            mask of the wrong rank.
+            mask of the wrong rank. Sizes known while tracing are checked at once (a ValueError); under
+            ``tf.function`` with dynamic axes the rest are checked when the graph runs (an
+            ``InvalidArgumentError`` naming ``name``, the expected and the received shape).
 
     Returns:
         Boolean tensor, or None if ``mask`` is None.
@@ -91,17 +148,20 @@ def check_mask(mask, name, expected_shape):
             f"explicitly, e.g. `{name} > 0`."
         )
     shape = _static_shape(mask)
+    static_expected = static_sizes(expected_shape)
     if len(shape) != len(expected_shape):
         raise ValueError(
-            f"`{name}` must have rank {len(expected_shape)} with shape {format_shape(expected_shape)}; "
+            f"`{name}` must have rank {len(expected_shape)} with shape {format_shape(static_expected)}; "
             f"received shape {format_shape(shape)}."
         )
-    for got, want in zip(shape, expected_shape):
+    for got, want in zip(shape, static_expected):
         if got is not None and want is not None and got not in (1, want):
             raise ValueError(
                 f"`{name}` has shape {format_shape(shape)}, which does not broadcast to the expected "
-                f"{format_shape(expected_shape)}."
+                f"{format_shape(static_expected)}."
             )
+    if (None in shape or None in static_expected) and _graph_tensor(mask):
+        mask = _assert_mask_shape(mask, name, expected_shape, static_expected)
     return mask if dtype == "bool" else ops.not_equal(mask, 0)
 
 

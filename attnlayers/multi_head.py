@@ -876,10 +876,11 @@ class MultiHeadAttention(keras.layers.Layer):
     def _mask_pieces(self, query, value, query_mask, value_mask, key_mask, attention_mask, cached=False):
         """The validated mask pieces of a call: query padding (B, T), key padding (B, S) (value_mask AND
         key_mask) and the explicit attention mask (B, T, S) (axes of size 1 broadcast), each boolean or None."""
-        batch = query.shape[0]
-        query_mask = masking.check_mask(query_mask, "query_mask", (batch, query.shape[1]))
-        key_padding = self._key_side_mask(value_mask, key_mask, batch, value.shape[1], cached)
-        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, query.shape[1], value.shape[1]))
+        # ops.shape: under tf.function with None axes, the sizes only known at run time are checked then.
+        (batch, query_length), key_length = ops.shape(query)[:2], ops.shape(value)[1]
+        query_mask = masking.check_mask(query_mask, "query_mask", (batch, query_length))
+        key_padding = self._key_side_mask(value_mask, key_mask, batch, key_length, cached)
+        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, query_length, key_length))
         return query_mask, key_padding, attention_mask
 
     def _key_side_mask(self, value_mask, key_mask, batch, key_length, cached):
@@ -887,10 +888,11 @@ class MultiHeadAttention(keras.layers.Layer):
         for name, mask in (("value_mask", value_mask), ("key_mask", key_mask)):
             if mask is None:
                 continue
-            if cached and len(mask.shape) == 2 and not same_size(mask.shape[1], key_length):
+            static = masking.static_sizes((batch, key_length))
+            if cached and len(mask.shape) == 2 and not same_size(mask.shape[1], static[1]):
                 raise ValueError(
                     f"With a `cache`, `{name}` masks the cache positions: expected shape "
-                    f"{format_shape((batch, key_length))}; received shape {format_shape(mask.shape)}. (An "
+                    f"{format_shape(static)}; received shape {format_shape(mask.shape)}. (An "
                     f"implicit Keras mask of the new tokens cannot be placed in the cache: pass an "
                     f"`attention_mask` instead.)"
                 )
