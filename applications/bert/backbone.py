@@ -94,7 +94,15 @@ class BertBackbone(keras.Model):
                 f"keys {sorted(inputs)}."
             )
         token_ids = inputs["token_ids"]
+        if token_ids is None:
+            raise ValueError("`token_ids` is required: integer token ids of shape (batch, length); received None.")
         check_rank(token_ids.shape, 2, "token_ids", "(batch, length) of token ids")
+        _check_dtype(token_ids, "token_ids", "integer token ids")
+        if token_ids.shape[1] == 0 and token_ids.shape[0] != 0:
+            raise ValueError(
+                f"`token_ids` holds empty sequences (shape {format_shape(token_ids.shape)}): BERT reads [CLS] at "
+                "position 0, so every sequence needs at least one position (pack texts with pretraining_data.pack)."
+            )
         length = token_ids.shape[1]
         if length is not None and length > self.config.max_sequence_length:
             raise ValueError(
@@ -113,6 +121,8 @@ class BertBackbone(keras.Model):
                     f"`{name}` must have the shape of `token_ids` {format_shape(token_ids.shape)}; received "
                     f"{format_shape(value.shape)}."
                 )
+        _check_dtype(segment_ids, "segment_ids", "integer segment ids (0 for A, 1 for B)")
+        _check_dtype(padding_mask, "padding_mask", "a boolean (True = real token) or 0/1 integer mask", allow_bool=True)
         _check_id_range(token_ids, "token_ids", "vocabulary_size", self.config.vocabulary_size)
         if "segment_ids" in inputs and inputs["segment_ids"] is not None:
             _check_id_range(segment_ids, "segment_ids", "num_segments", self.config.num_segments)
@@ -168,6 +178,14 @@ def _concrete(x):
         return ops.convert_to_numpy(x)
     except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error)
         return None
+
+
+def _check_dtype(value, name, expected, allow_bool=False):
+    """Integer ids (and a boolean / 0-1 integer mask): floats, silently truncated by a cast, and strings are refused
+    by name."""
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    if not (keras.backend.is_int_dtype(dtype) or (allow_bool and dtype == "bool")):
+        raise ValueError(f"`{name}` must be {expected} of shape (batch, length); received dtype {dtype}.")
 
 
 def _check_id_range(ids, name, size_name, size):

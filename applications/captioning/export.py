@@ -11,7 +11,8 @@ model's input size, gray and RGBA images to RGB, ids to words, and optionally th
 generated caption. The SavedModel needs neither attnlayers nor keras to load and run.
 
 Inputs the model cannot caption as such are handled in the graph, never by a crash inside TensorFlow: an
-empty batch gives empty outputs; images with a channel count other than 1, 3 or 4, or not of rank 4 (a single
+empty batch gives empty outputs; images with a channel count other than 1, 3 or 4, a height or width of 0, or
+not of rank 4 (a single
 (H, W, C) image fed through ``signatures[...]``, which checks dtypes but not shapes), fail with an
 ``InvalidArgumentError`` that says so.
 
@@ -48,12 +49,18 @@ def to_model_images(images, image_size):
     if images.dtype != tf.uint8:
         raise ValueError(f"`images` must be uint8 pixel values (0..255); received dtype {images.dtype.name}.")
     images = assert_rank(images, 4, "images", "(batch, height, width, channels)")
-    channels = tf.shape(images)[-1]
+    shape = tf.shape(images)
+    channels = shape[-1]
     check = tf.debugging.Assert(
         tf.reduce_any(tf.equal(channels, [1, 3, 4])),
         ["images must have 1 (gray), 3 (RGB) or 4 (RGBA) channels; received", channels],
     )
-    with tf.control_dependencies([check]):
+    # An image with no pixel (height or width 0) would fail inside the resize kernel, naming neither.
+    has_pixels = tf.debugging.Assert(
+        tf.logical_or(tf.equal(shape[0], 0), tf.logical_and(shape[1] > 0, shape[2] > 0)),
+        ["`images` must have height and width >= 1; received shape", shape],
+    )
+    with tf.control_dependencies([check, has_pixels]):
         rgb = tf.cond(tf.equal(channels, 1), lambda: tf.tile(images[..., :1], [1, 1, 1, 3]),
                       lambda: images[..., :3])
     resized = tf.image.resize(tf.cast(rgb, tf.float32), (image_size, image_size), antialias=True)

@@ -166,9 +166,21 @@ class _CaptionerBase(Seq2SeqGenerator):
         self.dropout = keras.layers.Dropout(dropout)
 
     def check_source(self, inputs):
-        if isinstance(inputs, np.ndarray):  # eager values: the pixel rule of encoder.check_pixel_values
-            inputs = check_pixel_values(inputs)
+        if inputs is None:
+            raise ValueError("`images` are required: pixel values of shape (batch, height, width, 3) (uint8 0..255); "
+                             "received None.")
+        values = _eager_values(inputs)
+        if values is not None:  # eager values (arrays, lists, eager tensors): the pixel rule of check_pixel_values
+            inputs = check_pixel_values(values)
         return self.encoder.check_input(inputs)
+
+    def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        if padding_mask is not None:  # images have no padding: a mask would be silently ignored
+            raise ValueError(
+                f"Captioners generate from images, which have no padding: `padding_mask` must be None; received a "
+                f"{type(padding_mask).__name__}."
+            )
+        return super().generation_inputs(inputs, None, max_length)
 
     @property
     def grid_shape(self):
@@ -192,6 +204,19 @@ class _CaptionerBase(Seq2SeqGenerator):
         encoder["filters"] = list(encoder["filters"])
         return {**super().get_config(), "vocabulary_size": self.vocabulary_size, **encoder,
                 "dropout": self.dropout_rate}
+
+
+def _eager_values(x):
+    """``x`` as a NumPy array when its values are known (NumPy arrays, lists, eager tensors), else None (a traced
+    tensor, or something that is not numbers: left to the shape checks)."""
+    if isinstance(x, np.ndarray):
+        return x
+    if ops.is_tensor(x) or isinstance(x, (list, tuple)):
+        try:
+            return np.asarray(ops.convert_to_numpy(x))
+        except Exception:  # noqa: BLE001  symbolic (any backend's error) or ragged
+            return None
+    return None
 
 
 class _Captioner(_CaptionerBase):

@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 
 from attnlayers.decoding import get_strategy
+from attnlayers.validation import positive_int
 
 from . import evaluate
 from .data.pipeline import encode_captions
@@ -46,7 +47,16 @@ def caption_images(model, images, vocabulary, *, strategy="greedy", max_length=N
     import keras
     import tensorflow as tf
 
+    if images is None:
+        raise ValueError("`images` are required: pixel values of shape (N, S, S, 3); received None.")
+    if not callable(getattr(vocabulary, "decode", None)):
+        raise ValueError("`vocabulary` must be the captioner's CaptionVocabulary (with `decode`); received "
+                         f"{type(vocabulary).__name__}.")
+    batch_size = positive_int(batch_size, "batch_size")
     images = check_pixel_values(images, "images")
+    if images.ndim != 4:
+        raise ValueError(f"`images` must be RGB images of shape (N, S, S, 3); received shape {images.shape} "
+                         "(one image: images[None]).")
     if len(images) == 0:
         return []
     strategy = get_strategy(strategy)

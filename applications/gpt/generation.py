@@ -117,6 +117,7 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
     stop_strings = check_stop_strings(stop_strings)
     strategy = get_strategy(strategy)
     max_new_tokens = positive_int(max_new_tokens, "max_new_tokens", allow_none=True, what="tokens generated per row")
+    max_length = positive_int(max_length, "max_length", allow_none=True, what="the output length, prompt included")
     token_ids, mask = _tokenize_prompts(model, tokenizer, prompts, max_length)
     if isinstance(strategy, BeamSearch) and max_new_tokens is not None:  # beam search has one length for all rows
         if max_length is None:

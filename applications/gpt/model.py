@@ -427,6 +427,8 @@ class GPT(GenerativeModel):
                 integer tensor, or unknown strategy settings.
         """
         check_seed(seed)
+        if token_ids is None:
+            raise ValueError("`token_ids` is required: integer token ids of shape (batch, length); received None.")
         if not hasattr(token_ids, "shape"):
             token_ids = ops.convert_to_tensor(token_ids)
         width = ops.shape(token_ids)[1] if len(token_ids.shape) == 2 else None
@@ -492,6 +494,8 @@ class GPT(GenerativeModel):
     # ---- checks and config ------------------------------------------------------------------------------
 
     def _check_inputs(self, token_ids, padding_mask, convert=False):
+        if token_ids is None:
+            raise ValueError("`token_ids` is required: integer token ids of shape (batch, length); received None.")
         if convert:
             token_ids = ops.convert_to_tensor(token_ids)
             padding_mask = None if padding_mask is None else ops.convert_to_tensor(padding_mask)
@@ -511,6 +515,13 @@ class GPT(GenerativeModel):
             raise ValueError(
                 f"`padding_mask` must have the shape of `token_ids` {format_shape(token_ids.shape)}; received "
                 f"shape {format_shape(padding_mask.shape)}."
+            )
+        if getattr(padding_mask, "dtype", None) is not None and not (
+            keras.backend.standardize_dtype(padding_mask.dtype) == "bool" or keras.backend.is_int_dtype(padding_mask.dtype)
+        ):  # as the layers' masks: a float mask is ambiguous (additive 0/-inf or multiplicative 1/0)
+            raise ValueError(
+                "`padding_mask` must be a boolean (True = real token) or integer 0/1 mask; received dtype "
+                f"{keras.backend.standardize_dtype(padding_mask.dtype)}. Convert it explicitly, e.g. `padding_mask > 0`."
             )
         self._check_token_range(token_ids)
         if convert:

@@ -18,6 +18,8 @@ import tensorflow as tf
 
 from attnlayers.decoding import BeamSearch, get_strategy
 
+from attnlayers.validation import non_negative_int, positive_int
+
 from ..core.bleu import corpus_bleu
 from .tokenizer import END_ID, PAD_ID, START_ID
 
@@ -27,16 +29,34 @@ def encode_sources(tokenizer, texts, max_length):
 
     Returns ``(ids, truncated)``: ``truncated`` (B,) bool marks the inputs that lost tokens.
     """
-    if isinstance(texts, str):
-        raise ValueError("`texts` must be a list of strings, not one string; wrap it: [text].")
-    texts = [t if isinstance(t, str) else None for t in texts]
-    if any(t is None for t in texts):
-        raise ValueError("`texts` must contain only strings.")
+    texts = _check_texts(texts)
+    max_length = non_negative_int(max_length, "max_length")
     ids = tokenizer.tokenize(tf.constant(texts, tf.string)) if texts else tf.ragged.constant([[]], tf.int32)[:0]
     lengths = ids.row_lengths().numpy()
     truncated = lengths > max_length
     ids = ids[:, :max_length].to_tensor(default_value=PAD_ID, shape=[len(texts), max_length])
     return tf.cast(ids, tf.int32), truncated
+
+
+def _check_texts(texts):
+    """``texts`` (a list / tuple / 1-D array or string tensor of str) as a list of str; else a ValueError naming it."""
+    if isinstance(texts, (str, bytes)):
+        raise ValueError("`texts` must be a list of strings, not one string; wrap it: [text].")
+    if tf.is_tensor(texts) or isinstance(texts, np.ndarray):
+        strings = texts.dtype == tf.string if tf.is_tensor(texts) else texts.dtype.kind in "UO"
+        if not strings or len(texts.shape) != 1:
+            raise ValueError(f"`texts` must be strings of shape (batch,); received dtype {texts.dtype.name} and shape "
+                             f"{tuple(texts.shape)}.")
+        texts = ([t.decode("utf-8", "replace") for t in texts.numpy().tolist()] if tf.is_tensor(texts)
+                 else texts.tolist())
+    if texts is None or not hasattr(texts, "__iter__"):
+        raise ValueError(f"`texts` must be a list of strings (batch,); received {texts!r}.")
+    texts = list(texts)
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise ValueError(f"`texts` must contain only strings; received texts[{bad[0]}]={texts[bad[0]]!r} "
+                         f"({type(texts[bad[0]]).__name__}).")
+    return texts
 
 
 def _decode_function(model, max_length, strategy, jit_compile):
@@ -70,6 +90,8 @@ def _special_ids(model):
 
 def translate_ids(model, source_ids, *, max_length=64, strategy="greedy", batch_size=100, jit_compile=False):
     """Decodes (N, S) source ids in batches -> list of N lists of target ids (the best beam for beam search)."""
+    batch_size = positive_int(batch_size, "batch_size")
+    max_length = model.generation_length(max_length)  # a named error here, not from inside the tf.function
     strategy = get_strategy(strategy)
     decode = _decode_function(model, max_length, strategy, jit_compile)
     special = _special_ids(model)
@@ -92,6 +114,10 @@ def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, 
     Returns:
         A list of strings, one per input.
     """
+    texts = _check_texts(texts)
+    max_source_length = positive_int(max_source_length, "max_source_length")
+    batch_size = positive_int(batch_size, "batch_size")
+    max_length = model.generation_length(max_length)
     ids, truncated = encode_sources(tokenizers.source, texts, max_source_length)
     if warn_truncation and truncated.any():
         which = np.flatnonzero(truncated).tolist()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from attnlayers.decoding import BeamSearch, get_strategy
+from attnlayers.export import assert_rank
 
 from ..core.export import export_generator
 
@@ -51,7 +52,9 @@ def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_
         jit_compile: compile the encoder + decoding loop with XLA.
 
     Signature ``translate`` (``loaded.signatures["translate"](text=...)`` or ``loaded.translate(text)``):
-        inputs: ``text`` string (B,); ``seed`` int32 () for sampling strategies.
+        inputs: ``text`` string (B,); ``seed`` int32 () for sampling strategies. A ``text`` of another rank (a
+            scalar string, which ``signatures[...]`` let through) fails an assertion naming ``text`` and the shape
+            (batch,); a wrong dtype is refused by TensorFlow before the graph runs.
         outputs: ``translation`` string (B,); ``token_ids`` int32 (B, max_length) (the target pieces, [START]
             first, [END] then padding at the end); ``score`` float32 (B,) (the decoder's score: log-probability,
             length-normalised for beam search); ``truncated`` bool (B,); ``empty`` bool (B,).
@@ -74,6 +77,8 @@ def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_
     module = _Translator(generator, tokenizers)
 
     def translate(text, seed=None):
+        # signatures[...] check dtypes, not shapes: a scalar or 2-D `text` would be served as a batch of one.
+        text = assert_rank(text, 1, "text", "(batch,)")
         pieces = tf.cast(module.source_tokenizer.tokenize(tf.strings.strip(text)), tf.int32)
         lengths = pieces.row_lengths()
         truncated = lengths > max_source_length

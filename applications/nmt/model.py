@@ -21,6 +21,7 @@ schedule live in ``applications.core`` and are re-exported here.
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 from attnlayers import (
@@ -33,7 +34,8 @@ from attnlayers import (
     TransformerDecoder,
     TransformerEncoder,
 )
-from attnlayers.validation import check_divisible
+from attnlayers import masking
+from attnlayers.validation import check_divisible, format_shape
 
 from ..core.generation import Seq2SeqGenerator, check_token_ids
 from ..core.losses import MaskedCrossEntropy
@@ -65,11 +67,77 @@ class Translator(Seq2SeqGenerator):
         super().__init__(pad_token_id=pad_token_id, start_token_id=start_token_id, end_token_id=end_token_id,
                          **kwargs)
 
+    def check_source(self, inputs):
+        """``inputs`` as int32 source ids (B, S): an integer dtype (floats, bools and strings are refused rather
+        than cast), rank 2, at least one position, ids in [0, source_vocabulary_size) when the values are known
+        (eager; a compiled call cannot check them). Padding is ``pad_token_id``; an all-padding row is allowed
+        (it sees no source: its context is 0)."""
+        if inputs is None:
+            raise ValueError("`inputs` (the source ids) is required: integer token ids of shape (batch, length); "
+                             "received None.")
+        dtype = _dtype_name(inputs)
+        if "int" not in dtype:
+            raise ValueError(
+                f"`inputs` must be integer source token ids of shape (batch, length); received dtype {dtype}"
+                + (" (translate text with nmt.evaluate.translate or the exported `translate` signature)."
+                   if dtype in ("string", "object") or dtype.startswith("<U") or dtype.startswith("|S") else ".")
+            )
+        source_ids = ops.convert_to_tensor(inputs)
+        if len(source_ids.shape) != 2:
+            raise ValueError(
+                f"`inputs` must be int source ids of shape (batch, length); received shape {tuple(source_ids.shape)}."
+            )
+        if source_ids.shape[1] == 0 and source_ids.shape[0] != 0:
+            raise ValueError(
+                f"`inputs` holds empty sources (shape {format_shape(source_ids.shape)}): every row needs at least one "
+                f"position (an all-[PAD] row, pad_token_id={self.pad_token_id}, is allowed)."
+            )
+        values = _concrete(source_ids)
+        size = getattr(self, "source_vocabulary_size", None)
+        if values is not None and values.size and size is not None:
+            bad = (values < 0) | (values >= size)
+            if bad.any():
+                where = [int(i) for i in next(zip(*bad.nonzero()))]
+                raise ValueError(
+                    f"`inputs` must hold source token ids in [0, source_vocabulary_size={size}); received "
+                    f"inputs{where} = {int(values[tuple(where)])} ({int(bad.sum())} id(s) out of range, from "
+                    f"{int(values.min())} to {int(values.max())})."
+                )
+        return ops.cast(source_ids, "int32")
+
+    def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        """As :class:`Seq2SeqGenerator`'s; a ``padding_mask`` (B, S) (True = real token), when given, must match
+        ``inputs`` and is applied: masked positions become ``pad_token_id`` (the encoder's padding)."""
+        if padding_mask is not None:
+            source_ids = self.check_source(inputs)
+            padding_mask = masking.check_mask(padding_mask, "padding_mask", tuple(ops.shape(source_ids)))
+            inputs = ops.where(padding_mask, source_ids, ops.cast(self.pad_token_id, "int32"))
+        return super().generation_inputs(inputs, None, max_length)
+
     def compile_for_translation(self, learning_rate=1e-3, label_smoothing=0.0, clipnorm=1.0, **kwargs):
         """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy`."""
         optimizer = keras.optimizers.Adam(learning_rate, clipnorm=clipnorm)
         self.compile(optimizer=optimizer, loss=MaskedCrossEntropy(label_smoothing, pad_token_id=self.pad_token_id),
                      metrics=[MaskedAccuracy(pad_token_id=self.pad_token_id)], **kwargs)
+
+
+def _dtype_name(x):
+    """The dtype of ``x`` (a tensor, array or nested list) as a name: "int32", "float32", "bool", "string"..."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(x).dtype
+    try:
+        return keras.backend.standardize_dtype(dtype)
+    except (ValueError, TypeError, AttributeError):
+        return str(dtype)
+
+
+def _concrete(x):
+    """``x`` as a NumPy array when it holds values (eager), else None (a traced tensor)."""
+    try:
+        return ops.convert_to_numpy(x)
+    except Exception:  # noqa: BLE001  symbolic (any backend's error)
+        return None
 
 
 def _split_inputs(inputs):
