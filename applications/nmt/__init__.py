@@ -17,7 +17,7 @@
 Modules: `data`, `tokenizer` (data), `model` (the five models), `recipes` (each model's training recipes,
 its best measured one the default: `build_recipe`), `evaluate` (translate, BLEU, alignments, heatmaps),
 `export` (translate SavedModel). The loss, metric, schedule and callbacks come from `applications.core`
-(re-exported here; `training` is kept as an alias of `core.callbacks`).
+(re-exported here).
 """
 
 from ..core.callbacks import BestWeights, TimeBudget

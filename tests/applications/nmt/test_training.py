@@ -5,12 +5,11 @@ import pytest
 
 from attnlayers.applications import core, nmt
 from attnlayers.applications.nmt import model as nmt_model
-from attnlayers.applications.nmt import recipes, training
+from attnlayers.applications.nmt import recipes
 
 
 def test_nmt_reexports_the_core_classes():
-    assert training.BestWeights is nmt.BestWeights is core.BestWeights
-    assert training.TimeBudget is nmt.TimeBudget is core.TimeBudget
+    assert nmt.BestWeights is core.BestWeights and nmt.TimeBudget is core.TimeBudget
     assert nmt.MaskedCrossEntropy is nmt_model.MaskedCrossEntropy is core.MaskedCrossEntropy
     assert nmt.MaskedAccuracy is core.MaskedAccuracy and nmt.TransformerSchedule is core.TransformerSchedule
 
