@@ -1,5 +1,5 @@
 """BERT fine-tuning quality: pretrained against scratch with the same budget. One run of the recipe of
-examples/finetune_bert.py (`attnlayers.applications.bert.recipes.run_finetuning`) on a task, from the checkpoint
+examples/finetune_bert.py (`attnlayers.applications.bert.finetuning.run_finetuning`) on a task, from the checkpoint
 of benchmarks/bert_pretraining.py ("pretrained", or any Hugging Face BERT directory) or from a random
 initialization of the same architecture and vocabulary ("scratch"), then the test score beside the task's
 non-neural baseline:
@@ -36,7 +36,8 @@ PRETRAINED = bert_pretraining.RESULTS / bert_pretraining.run_name("tiny", 0, 20)
 
 
 def parse_args(argv=None):
-    from attnlayers.applications.bert.recipes import TASKS, FinetuningSettings
+    from attnlayers.applications.bert.finetuning import FinetuningSettings
+    from attnlayers.applications.bert.tasks import TASKS
 
     default = FinetuningSettings(TASKS[0])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,7 +69,7 @@ def parse_args(argv=None):
 
 def run(args):
     import keras
-    from attnlayers.applications.bert.recipes import FinetuningSettings, run_finetuning
+    from attnlayers.applications.bert.finetuning import FinetuningSettings, run_finetuning
 
     keras.utils.set_random_seed(args.seed)
     init = str(args.pretrained) if args.init == "pretrained" else args.init
@@ -91,7 +92,7 @@ def load_results(results_dir):
 
 
 def main(argv=None):
-    from attnlayers.applications.bert.recipes import print_table
+    from attnlayers.applications.bert.tables import print_table
 
     return runs.run_or_table(parse_args(argv), run, load_results, print_table)
 

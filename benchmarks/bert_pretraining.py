@@ -1,5 +1,5 @@
 """BERT pretraining quality on the King James Bible: one run of the recipe of examples/pretrain_bert.py
-(`attnlayers.applications.bert.recipes.run_pretraining`, its default settings unless flags say otherwise) for a
+(`attnlayers.applications.bert.pretraining.run_pretraining`, its default settings unless flags say otherwise) for a
 wall-clock budget, then the held-out masked-LM and next-sentence accuracies beside their baselines (the most
 frequent training token at every masked position; chance for NSP). The backbone is saved as a Hugging Face
 checkpoint beside the result, for benchmarks/bert_finetune.py.
@@ -30,7 +30,7 @@ def run_name(config, seed, minutes):
 
 def parse_args(argv=None):
     from attnlayers.applications.bert import PRESETS
-    from attnlayers.applications.bert.recipes import PretrainingSettings
+    from attnlayers.applications.bert.pretraining import PretrainingSettings
 
     default = PretrainingSettings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,7 +48,7 @@ def parse_args(argv=None):
 
 def run(args):
     import keras
-    from attnlayers.applications.bert.recipes import PretrainingSettings, run_pretraining
+    from attnlayers.applications.bert.pretraining import PretrainingSettings, run_pretraining
 
     keras.utils.set_random_seed(args.seed)
     settings = PretrainingSettings(config=args.config, batch_size=args.batch_size, learning_rate=args.learning_rate,
@@ -64,7 +64,7 @@ def load_results(results_dir):
 
 
 def main(argv=None):
-    from attnlayers.applications.bert.recipes import print_table
+    from attnlayers.applications.bert.tables import print_table
 
     return runs.run_or_table(parse_args(argv), run, load_results, print_table)
 

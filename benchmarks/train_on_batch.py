@@ -25,7 +25,7 @@ TensorFlow CPU, XLA under JAX). The recipes' learning-rate callbacks are not pas
   images (a 4 x 4 grid), embeddings 64, LSTM 128; V 200, T 16, B 16.
 - captioning_transformer: ``build_captioner("transformer")``, the same encoder, 2 decoder layers, d 128, 4 heads,
   d_ff 256; V 200, T 16, B 16.
-- bert: ``bert.BertPretrainer(bert.recipes.built_backbone(config))`` compiled as ``bert.recipes.run_pretraining``
+- bert: ``bert.BertPretrainer(bert.training.built_backbone(config))`` compiled as ``bert.pretraining.run_pretraining``
   compiles it (``compile_budgeted`` over ``compile_for_pretraining``: MLM + NSP losses, BERT's AdamW), 2 layers,
   d 128, 4 heads, d_ff 256, dropout 0.1; V 1000, L 64, 10 predictions, B 16.
 - gpt: ``gpt.GPT(GPTConfig(...))`` compiled by ``gpt.recipes.compile_for_training`` (causal LM loss, perplexity,
@@ -170,7 +170,7 @@ def _captioner(name):
 def _bert():
     from attnlayers.applications.bert.config import BertConfig
     from attnlayers.applications.bert.pretrainer import BertPretrainer
-    from attnlayers.applications.bert.recipes import built_backbone, compile_budgeted
+    from attnlayers.applications.bert.training import built_backbone, compile_budgeted
 
     v, t, b, p = 1000, 64, 16, 10
     config = BertConfig(vocabulary_size=v, max_sequence_length=t, num_layers=2, num_heads=4, hidden_dim=128,

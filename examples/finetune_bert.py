@@ -46,13 +46,10 @@ PROG = os.path.basename(__file__)
 
 def parse_args(argv=None):
     from attnlayers.applications import core
-    from attnlayers.applications.bert.recipes import (
-        DEFAULT_PRETRAINED,
-        TASK_SEQUENCE_LENGTH,
-        TASKS,
-        FinetuningSettings,
-        add_optimizer_arguments,
-    )
+    from attnlayers.applications.bert.finetuning import FinetuningSettings
+    from attnlayers.applications.bert.pretraining import DEFAULT_PRETRAINED
+    from attnlayers.applications.bert.tasks import TASK_SEQUENCE_LENGTH, TASKS
+    from attnlayers.applications.core.optimizers import add_optimizer_arguments
 
     default = FinetuningSettings(TASKS[0])
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -90,7 +87,7 @@ def parse_args(argv=None):
 
 
 def settings_from_args(args):
-    from attnlayers.applications.bert.recipes import FinetuningSettings
+    from attnlayers.applications.bert.finetuning import FinetuningSettings
 
     return FinetuningSettings(
         args.task, init=args.init, architecture=args.architecture, sequence_length=args.sequence_length,
@@ -105,7 +102,7 @@ def main(argv=None):
 def run(args):
     import keras
 
-    from attnlayers.applications.bert import recipes
+    from attnlayers.applications.bert import finetuning, tasks
     from attnlayers.applications.core.runtime import worker_directory
 
     settings = settings_from_args(args)
@@ -114,16 +111,16 @@ def run(args):
                          f"{keras.backend.backend()}); leave it out and OUT/model.weights.h5 is saved instead")
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     try:
-        data = recipes.load_task(args.task, args.seed)
-        recipes.check_initialization(settings.init, settings.architecture, settings.sequence_length)
+        data = tasks.load_task(args.task, args.seed)
+        finetuning.check_initialization(settings.init, settings.architecture, settings.sequence_length)
     except (OSError, ValueError) as error:
         raise usage_error(error) from None
     init = "scratch" if args.init == "scratch" else "pretrained"
     out = args.out or os.path.join("artifacts", "bert", "finetune", f"{args.task}-{init}")
     out = worker_directory(out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     export = None if args.no_export else (args.export or os.path.join(out, "model"))
-    result = recipes.run_finetuning(settings, out, export_dir=export, strategy=strategy, verbose=args.verbose,
-                                    data=data)
+    result = finetuning.run_finetuning(settings, out, export_dir=export, strategy=strategy, verbose=args.verbose,
+                                       data=data)
     if result["results_path"] is not None:  # else another worker of a multi-worker run: the chief reports
         print(f"results: {result['results_path']}")
     return 0

@@ -41,7 +41,8 @@ PROG = os.path.basename(__file__)
 def parse_args(argv=None):
     from attnlayers.applications import core
     from attnlayers.applications.bert import PRESETS
-    from attnlayers.applications.bert.recipes import DEFAULT_PRETRAINED, PretrainingSettings, add_optimizer_arguments
+    from attnlayers.applications.bert.pretraining import DEFAULT_PRETRAINED, PretrainingSettings
+    from attnlayers.applications.core.optimizers import add_optimizer_arguments
 
     default = PretrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -90,13 +91,13 @@ def parse_args(argv=None):
 
 def load_documents(corpus):
     """The corpus' documents; problems the user can fix raise UsageError (one line)."""
-    from attnlayers.applications.bert import recipes
+    from attnlayers.applications.bert import pretraining
 
-    return load_corpus(corpus, recipes.read_text_documents)
+    return load_corpus(corpus, pretraining.read_text_documents)
 
 
 def settings_from_args(args):
-    from attnlayers.applications.bert.recipes import PretrainingSettings
+    from attnlayers.applications.bert.pretraining import PretrainingSettings
 
     return PretrainingSettings(
         config=args.config, vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
@@ -111,7 +112,7 @@ def main(argv=None):
 
 
 def run(args):
-    from attnlayers.applications.bert import recipes
+    from attnlayers.applications.bert import pretraining
     from attnlayers.applications.bert.tokenizer import read_vocabulary
     from attnlayers.applications.core.runtime import worker_directory
 
@@ -123,8 +124,8 @@ def run(args):
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     documents = load_documents(args.corpus)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
-    result = recipes.run_pretraining(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
-                                     strategy=strategy, verbose=args.verbose, corpus=args.corpus)
+    result = pretraining.run_pretraining(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
+                                         strategy=strategy, verbose=args.verbose, corpus=args.corpus)
     if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
         return 0
     print(f"results: {result['results_path']}")

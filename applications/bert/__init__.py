@@ -12,8 +12,11 @@ Modules: ``config`` (BertConfig, PRESETS), ``backbone`` (BertBackbone), ``tokeni
 train_vocabulary), ``pretraining_data`` (pack, next-sentence pairs, masked-LM masking, pretraining_dataset),
 ``pretrainer`` (BertPretrainer, bert_optimizer), ``heads`` (BertClassifier, BertTokenClassifier, BertSpanQA),
 ``squad`` (the SQuAD JSON reader), ``checkpoint`` (Hugging Face and keras-hub weights), ``export``
-(string-in SavedModels), ``corpora`` (``applications.core.corpora``, the offline corpora: KJV / WEB Bibles, Brown, tweets), ``recipes`` (the
-pretraining and fine-tuning runs of the examples and benchmarks), ``baselines`` (the non-neural baselines).
+(string-in SavedModels), ``corpora`` (``applications.core.corpora``, the offline corpora: KJV / WEB Bibles,
+Brown, tweets); the runs of the examples and benchmarks: ``pretraining`` (run_pretraining), ``finetuning``
+(run_finetuning), ``tasks`` (the fine-tuning tasks' data), ``training`` (what both runs share: BERT's budgeted
+AdamW), ``tables`` (the benchmarks' Markdown tables), ``baselines`` (the non-neural baselines), and ``recipes``
+(all of their public names in one module).
 """
 
 from ..core import corpora

@@ -25,14 +25,17 @@ from keras import ops
 
 from attnlayers.validation import check_rank, format_shape, positive_int
 
+from ..core.optimizers import decoupled_adamw, no_weight_decay
 from ..core.schedules import WarmupLinearDecay
 
 PACKAGE = "attnlayers.bert"
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 PRETRAINING_INPUTS = BACKBONE_INPUTS + ("mask_positions",)
 # BERT excludes "LayerNorm" and "bias" weights from weight decay (the reference optimization.py); Keras names
-# LayerNormalization's weights gamma / beta, biases "bias" (the MLM output bias is "output_bias").
-NO_WEIGHT_DECAY = ("gamma", "beta", "bias")
+# LayerNormalization's weights gamma / beta, biases "bias" (the MLM output bias is "output_bias"). The rule is the
+# shared one of ``core.optimizers.no_weight_decay`` with BERT's choice of decaying the embedding tables:
+# ("bias", "gamma", "beta", "scale"); no BERT weight is named "scale".
+NO_WEIGHT_DECAY = no_weight_decay(decay_embeddings=True)
 
 
 def _initializer():
@@ -79,14 +82,18 @@ def bert_optimizer(learning_rate, warmup_steps=0, total_steps=None, weight_decay
         schedule = learning_rate
     else:
         schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
+    return bert_adamw(schedule, weight_decay, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                      global_clipnorm=global_clipnorm)
+
+
+def bert_adamw(learning_rate, weight_decay=0.01, *, beta_1=0.9, beta_2=0.999, epsilon=1e-6, global_clipnorm=1.0):
+    """BERT's AdamW: :func:`~attnlayers.applications.core.optimizers.decoupled_adamw` (the AdamW recipe GPT
+    shares) with BERT's betas, epsilon and weight decay, the embedding tables decayed (``NO_WEIGHT_DECAY``), for a
+    ``learning_rate`` given as is (a number, or a schedule)."""
     if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
         raise ValueError(f"`weight_decay` must be a number >= 0; received weight_decay={weight_decay!r}.")
-    optimizer = keras.optimizers.AdamW(
-        learning_rate=schedule, weight_decay=float(weight_decay), beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-        global_clipnorm=global_clipnorm,
-    )
-    optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
-    return optimizer
+    return decoupled_adamw(learning_rate, float(weight_decay), beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                           global_clipnorm=global_clipnorm, decay_embeddings=True)
 
 
 # ---- the task base ------------------------------------------------------------------------------------------

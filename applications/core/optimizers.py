@@ -1,9 +1,10 @@
-"""The optimizer pieces the training recipes share: the example scripts' optimizer flags, AdamW with the weight
-decay kept off biases, normalization scales and embeddings, and a time- or step-budgeted warm-up + cosine
-learning rate.
+"""The optimizer pieces the training recipes share: the example scripts' optimizer flags, the one AdamW recipe of
+GPT and BERT (the weight decay kept off biases and normalization parameters, and off embedding tables unless
+asked), and a time- or step-budgeted warm-up + cosine learning rate.
 
     add_optimizer_arguments(parser, settings, "windows")    # --batch-size --learning-rate --warmup-fraction ...
-    optimizer = decoupled_adamw(0.0, weight_decay=0.1, beta_2=0.95, global_clipnorm=1.0)
+    optimizer = decoupled_adamw(0.0, weight_decay=0.1, beta_2=0.95, global_clipnorm=1.0)              # GPT's
+    optimizer = decoupled_adamw(1e-4, 0.01, beta_2=0.999, epsilon=1e-6, decay_embeddings=True)        # BERT's
     schedule = BudgetedCosineLearningRate(1e-3, warmup_fraction=0.05, seconds=600)    # a fit callback
 
 Backend-agnostic.
@@ -17,9 +18,23 @@ import keras
 
 from .callbacks import BudgetedLearningRate
 
-# The last part of the variable names (Keras 3 ``variable.name``) that AdamW does not decay: biases, LayerNorm /
-# RMSNorm scales and shifts, and embedding tables (ours and keras-hub's layers name them so).
-NO_WEIGHT_DECAY = ("bias", "gamma", "beta", "scale", "embeddings")
+# AdamW's one no-decay rule, on the last part of the variable names (Keras 3 ``variable.name``, matched as a
+# substring): biases (also the MLM's "output_bias") and the normalization parameters (LayerNorm's gamma / beta,
+# RMSNorm's scale) are never decayed; embedding tables (ours and keras-hub's layers name them "embeddings") are the
+# one difference between the models, an explicit choice: GPT-2 as minGPT / nanoGPT train it leaves them out, BERT
+# (the reference optimization.py excludes only "LayerNorm" and "bias") decays them.
+NO_DECAY_NORMALIZATION_AND_BIAS = ("bias", "gamma", "beta", "scale")
+EMBEDDINGS = "embeddings"
+
+
+def no_weight_decay(decay_embeddings=False):
+    """The variable-name substrings that AdamW does not decay (the rule above): biases and normalization
+    parameters, and the embedding tables too unless ``decay_embeddings`` (BERT's choice)."""
+    return NO_DECAY_NORMALIZATION_AND_BIAS + (() if decay_embeddings else (EMBEDDINGS,))
+
+
+# GPT's (the default): ("bias", "gamma", "beta", "scale", "embeddings").
+NO_WEIGHT_DECAY = no_weight_decay()
 
 
 def add_optimizer_arguments(parser, default, unit):
@@ -38,24 +53,29 @@ def add_optimizer_arguments(parser, default, unit):
 
 
 def decoupled_adamw(learning_rate, weight_decay=0.1, *, beta_1=0.9, beta_2=0.95, epsilon=1e-8,
-                    global_clipnorm=1.0, exclude=NO_WEIGHT_DECAY):
-    """AdamW (Loshchilov & Hutter 2019) as GPT-3 / nanoGPT train GPT-2 (Brown et al. 2020, appendix B: betas
-    0.9 / 0.95, epsilon 1e-8, weight decay 0.1, the gradients' global norm clipped at 1.0), the decay applied to
-    the weight matrices only: not to biases, normalization parameters or embedding tables (minGPT's rule; the
-    variable names of ``exclude``).
+                    global_clipnorm=1.0, decay_embeddings=False, exclude=None):
+    """AdamW (Loshchilov & Hutter 2019), the one recipe of GPT and BERT. Its defaults are GPT-2's as GPT-3 /
+    nanoGPT train it (Brown et al. 2020, appendix B: betas 0.9 / 0.95, epsilon 1e-8, weight decay 0.1, the
+    gradients' global norm clipped at 1.0), the decay applied to the weight matrices only: not to biases,
+    normalization parameters or embedding tables (minGPT's rule, :func:`no_weight_decay`). BERT's
+    (:func:`~attnlayers.applications.bert.pretrainer.bert_optimizer`) is this one with beta_2 0.999, epsilon 1e-6,
+    weight decay 0.01 and ``decay_embeddings=True``.
 
     Args:
         learning_rate: a number (a variable that :class:`BudgetedCosineLearningRate` sets) or a schedule.
         weight_decay: the decoupled decay.
         beta_1, beta_2, epsilon: Adam's.
         global_clipnorm: the largest global gradient norm (None: no clipping).
-        exclude: substrings of the variable names that are not decayed.
+        decay_embeddings: decay the embedding tables too (BERT's reference does; GPT's minGPT rule does not).
+        exclude: None: :func:`no_weight_decay` ``(decay_embeddings)``; else the variable-name substrings not
+            decayed, in its place.
 
     Returns:
         A ``keras.optimizers.AdamW``.
     """
     optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1,
                                        beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm)
+    exclude = no_weight_decay(decay_embeddings) if exclude is None else exclude
     optimizer.exclude_from_weight_decay(var_names=list(exclude))
     return optimizer
 
@@ -77,4 +97,5 @@ class BudgetedCosineLearningRate(BudgetedLearningRate):
         return self.peak * 0.5 * (1.0 + math.cos(math.pi * (p - w) / (1.0 - w)))
 
 
-__all__ = ["NO_WEIGHT_DECAY", "BudgetedCosineLearningRate", "add_optimizer_arguments", "decoupled_adamw"]
+__all__ = ["NO_WEIGHT_DECAY", "BudgetedCosineLearningRate", "add_optimizer_arguments", "decoupled_adamw",
+           "no_weight_decay"]

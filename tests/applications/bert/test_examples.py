@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("tensorflow_text")
 
-from attnlayers.applications.bert import baselines, recipes
+from attnlayers.applications.bert import baselines, finetuning, pretraining, recipes
 from attnlayers.applications.core import corpora  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -141,7 +141,7 @@ def test_pretraining_baseline_counts_the_most_frequent_token():
         special_token_ids = (0, 1, 2, 3, 4)
 
     counts = np.array([100, 90, 80, 70, 60, 5, 9, 7])  # special tokens are never masked: not the answer
-    assert recipes.most_frequent_token(counts, Tokenizer()) == 6
+    assert pretraining.most_frequent_token(counts, Tokenizer()) == 6
 
 
 def _check_served_tagger(path, labels):
@@ -230,10 +230,10 @@ def test_text_corpus_format(tmp_path):
 
 def test_evaluation_samples_are_drawn_across_the_split():
     examples = [("text", 0)] * 50 + [("text", 1)] * 50  # grouped by label, as the splits are
-    drawn = recipes.sample(examples, 20, seed=3)
+    drawn = finetuning.sample(examples, 20, seed=3)
     assert len(drawn) == 20 and {label for _, label in drawn} == {0, 1}
-    assert drawn == recipes.sample(examples, 20, seed=3) and recipes.sample(examples, None) is examples
-    assert recipes.sample(examples, 500) is examples
+    assert drawn == finetuning.sample(examples, 20, seed=3) and finetuning.sample(examples, None) is examples
+    assert finetuning.sample(examples, 500) is examples
     with pytest.raises(ValueError, match="test_examples"):
         recipes.FinetuningSettings("pos", test_examples=0)
 
@@ -263,3 +263,12 @@ def test_benchmark_tables_read_the_results(pretrained, tmp_path, capsys):
     assert lines[0] == "| task | init | seed | minutes | steps | metric | baseline |"
     assert lines[2].startswith("| pretraining (tiny, lr 0.001) | random | 0 | - |")
     assert "most frequent token" in lines[2]
+
+
+def test_recipes_re_exports_the_modules_that_hold_the_runs():
+    from attnlayers.applications.bert import tables, tasks, training
+
+    modules = (finetuning, pretraining, tables, tasks, training)
+    for name in recipes.__all__:
+        if name != "add_optimizer_arguments":
+            assert any(getattr(module, name, None) is getattr(recipes, name) for module in modules), name
