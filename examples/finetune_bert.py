@@ -103,7 +103,7 @@ def run(args):
     import keras
 
     from attnlayers.applications.bert import finetuning, tasks
-    from attnlayers.applications.core.runtime import worker_directory
+    from attnlayers.applications.core.distribution import worker_directory
 
     settings = settings_from_args(args)
     if args.export is not None and not args.no_export and keras.backend.backend() != "tensorflow":

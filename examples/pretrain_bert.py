@@ -114,7 +114,7 @@ def main(argv=None):
 def run(args):
     from attnlayers.applications.bert import pretraining
     from attnlayers.applications.bert.tokenizer import read_vocabulary
-    from attnlayers.applications.core.runtime import worker_directory
+    from attnlayers.applications.core.distribution import worker_directory
 
     if args.vocab is not None:
         try:

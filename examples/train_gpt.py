@@ -122,7 +122,7 @@ def main(argv=None):
 def run(args):
     import keras
 
-    from attnlayers.applications.core.runtime import worker_directory
+    from attnlayers.applications.core.distribution import worker_directory
     from attnlayers.applications.gpt import recipes
 
     if args.vocab is not None:

@@ -13,9 +13,10 @@ train -> evaluate -> pictures -> export recipe.
 
 Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metrics``, ``schedules``,
 ``callbacks`` (BudgetedLearningRate among them), ``backup`` (``BackupAndRestore``: atomic backups, an exact
-mid-epoch resume), ``runtime``, ``bleu``, ``recipe`` (backend-agnostic or
-TensorFlow imported on use), ``files`` (``read_lines`` for the readers), ``cli`` (``UsageError``,
-``run_script`` for the example scripts), and ``export`` (``export_generator``; imports TensorFlow, so it is not
+mid-epoch resume), ``runtime`` (the strategy and the precision), ``keras_fixes`` (the three replacements of
+Keras' trainer internals under several replicas), ``distribution`` (JAX's data parallelism, the chief and the
+workers' folders, static shapes), ``bleu``, ``recipe`` (backend-agnostic or TensorFlow imported on use), ``files``
+(``read_lines`` for the readers), ``cli`` (the scripts' shared flags, ``UsageError``, ``run_script``), and ``export`` (``export_generator``; imports TensorFlow, so it is not
 imported here), ``safetensors`` (NumPy reader / writer), ``weights`` (``copy_weights_by_path``), ``hf_config``
 (``hf_config_fields``: Hugging Face config.json keys to ours), ``token_lookup`` (``TokenLookup``, the token <-> id
 plumbing of the in-graph tokenizers; TensorFlow, not imported here), and ``corpora`` (the offline corpus
@@ -30,19 +31,9 @@ from .generation import GenerativeModel, Seq2SeqGenerator, check_token_ids
 from .losses import MaskedCrossEntropy
 from .metrics import MaskedAccuracy
 from .recipe import describe_training, run_recipe, saved_model_export, training_summary
-from .runtime import (
-    PRECISIONS,
-    STRATEGIES,
-    add_runtime_arguments,
-    describe_runtime,
-    is_chief,
-    make_strategy,
-    runtime_from_args,
-    set_precision,
-    setup_runtime,
-    static_shapes,
-    worker_directory,
-)
+from .cli import add_runtime_arguments, runtime_from_args
+from .distribution import is_chief, static_shapes, worker_directory
+from .runtime import PRECISIONS, STRATEGIES, describe_runtime, make_strategy, set_precision, setup_runtime
 from .schedules import TransformerSchedule, WarmupCosineDecay, WarmupLinearDecay
 
 __all__ = [

@@ -40,10 +40,10 @@ Here:
   restart, in a new process: the resumed run is then as good as another shuffle, not the same bits.) The skipped
   batches still pass through the callbacks' batch hooks (with empty logs), and the resumed epoch's metrics cover only
   the batches after the resume. Other backends restart the interrupted epoch from its first batch, as Keras does.
-- Multi-worker (``MultiWorkerMirroredStrategy``): only the chief (:func:`~.runtime.is_chief`) writes
+- Multi-worker (``MultiWorkerMirroredStrategy``): only the chief (:func:`~.distribution.is_chief`) writes
   ``backup_dir``; the other workers save the same way into a private temporary folder that they delete (so that
   every worker takes part in each save, should reading a variable need a collective), and never write the
-  chief's files, whatever ``backup_dir`` they were given (``runtime.worker_directory``'s, or the chief's own). On
+  chief's files, whatever ``backup_dir`` they were given (``distribution.worker_directory``'s, or the chief's own). On
   restore the chief reads its backup and broadcasts it (the step, then every variable, by all-reduces to which the
   other workers add zeros): every worker resumes from the chief's backup, at the same step, without a shared file
   system.
@@ -62,7 +62,7 @@ import warnings
 import keras
 import numpy as np
 
-from .runtime import from_chief, is_chief, is_multi_worker
+from .distribution import from_chief, is_chief, is_multi_worker
 
 POINTER = "backup.json"
 _WEIGHTS = re.compile(r"^weights-(\d+)\.weights\.h5$")

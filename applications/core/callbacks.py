@@ -18,7 +18,7 @@ import numpy as np
 from attnlayers.validation import one_of, positive_int, positive_number
 
 from .backup import BackupAndRestore
-from .runtime import from_chief, is_multi_worker
+from .distribution import from_chief, is_multi_worker
 
 
 def _seconds_before(backup):

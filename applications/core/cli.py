@@ -1,5 +1,7 @@
-"""What the example scripts share around their work: problems a user caused end as one line on stderr and
-exit status 2, never a traceback.
+"""What the example scripts share around their work: their common flags (``--strategy`` / ``--precision`` /
+``--tpu``: :func:`add_runtime_arguments`; ``--epochs`` / ``--minutes``: :func:`add_budget_arguments`), the runtime
+they start (:func:`start_runtime`), and problems a user caused ending as one line on stderr and exit status 2,
+never a traceback.
 
     def main(argv=None):
         return run_script(PROG, parse_args, run, argv)      # run raises UsageError for the user's mistakes
@@ -8,6 +10,8 @@ exit status 2, never a traceback.
 from __future__ import annotations
 
 import sys
+
+from .runtime import PRECISIONS, STRATEGIES, canonical_strategy  # keras, not TensorFlow
 
 
 class UsageError(Exception):
@@ -21,6 +25,34 @@ def usage_error(error):
     return UsageError(" ".join(str(error).split()))
 
 
+def add_runtime_arguments(parser):
+    """Adds ``--strategy``, ``--precision`` and ``--tpu`` (a "runtime" argument group) to an ``argparse``
+    parser; read them back with :func:`runtime_from_args`. Returns the parser."""
+    group = parser.add_argument_group("runtime (where and in what precision the model trains)")
+    group.add_argument(
+        "--strategy", type=canonical_strategy, choices=STRATEGIES, default="none",
+        help="none (one device); data-parallel (every local device: keras.distribution.DataParallel under "
+             "KERAS_BACKEND=jax, MirroredStrategy under tensorflow); TensorFlow only: mirrored (MirroredStrategy "
+             "over all local GPUs, or the logical CPUs), multi-worker (MultiWorkerMirroredStrategy; set TF_CONFIG "
+             "on every worker), tpu (TPUStrategy; see --tpu) (default: none)",
+    )
+    group.add_argument(
+        "--precision", choices=PRECISIONS, default="float32",
+        help="Keras dtype policy: float32, mixed_float16 (GPUs; loss scaling is automatic) or mixed_bfloat16 "
+             "(TPUs, recent CPUs/GPUs); variables stay float32 (default: float32)",
+    )
+    group.add_argument("--tpu", default=None, metavar="NAME",
+                       help="with --strategy tpu: the TPU name or grpc:// address (default: a local TPU VM)")
+    return parser
+
+
+def runtime_from_args(args):
+    """``runtime.setup_runtime`` from the flags of :func:`add_runtime_arguments`."""
+    from .runtime import setup_runtime
+
+    return setup_runtime(args.strategy, args.precision, tpu=getattr(args, "tpu", None))
+
+
 def start_runtime(args):
     """The ``tf.distribute`` strategy (under JAX: the ``distribution.JaxRuntime``) and precision of ``--strategy`` /
     ``--precision`` (``runtime_from_args``, before any other TensorFlow op), then the seed ``args.seed``; a value the
@@ -28,7 +60,6 @@ def start_runtime(args):
     import keras
 
     from .distribution import check_batch_size
-    from .runtime import runtime_from_args
 
     try:
         strategy = runtime_from_args(args)

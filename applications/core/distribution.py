@@ -1,5 +1,7 @@
-"""The JAX backend's side of the example scripts' ``--strategy``: ``keras.distribution`` instead of
-``tf.distribute``.
+"""How training is distributed, apart from making the strategy (``runtime.make_strategy``): the JAX backend's side
+of ``--strategy`` (``keras.distribution`` instead of ``tf.distribute``), the batch sizes a strategy can split, which
+process of a multi-worker cluster is the chief and where each worker writes (:func:`is_chief`,
+:func:`worker_directory`, :func:`from_chief`), and which strategies need static shapes (:func:`static_shapes`).
 
     runtime = jax_runtime("data-parallel")   # keras.distribution.set_distribution(DataParallel(all local devices))
     with runtime.scope():                    # what the recipes do with a tf.distribute strategy
@@ -13,16 +15,17 @@ Strategies under ``KERAS_BACKEND=jax`` (:data:`JAX_STRATEGIES`):
   else the CPU devices: one unless ``XLA_FLAGS=--xla_force_host_platform_device_count=N``), set globally with
   ``keras.distribution.set_distribution`` before any model is built. The trainer compiles each step with XLA and
   shards every batch along its first axis, so each batch must split evenly over the devices: ``--batch-size`` a
-  multiple of the device count, and the datasets batch with ``drop_remainder=True`` (``runtime.static_shapes``
+  multiple of the device count, and the datasets batch with ``drop_remainder=True`` (:func:`static_shapes`
   says so for every JAX runtime; fixed shapes also keep XLA from compiling the step again for a new shape).
 
 The ``tf.distribute`` names (mirrored, multi-worker, tpu) raise a ValueError that names ``data-parallel``.
-TensorFlow is not imported here.
+TensorFlow is imported only by the functions that need it (a cluster's, a TPU's).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 
 import keras
 import numpy as np
@@ -123,3 +126,71 @@ def pad_to_replicas(arrays, runtime):
 
 __all__ = ["JAX_STRATEGIES", "JaxRuntime", "check_batch_size", "held_out_batch_size", "jax_runtime",
            "pad_to_replicas"]
+
+
+# ---- who writes what in a cluster, and which strategies need static shapes ----------------------------------
+
+
+def is_chief(strategy=None):
+    """Whether this process is the one that writes a multi-worker run's outputs: the "chief" task, else worker 0
+    of a cluster without one; True outside a cluster (one process)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if not task_type:
+        return True
+    if task_type == "chief":
+        return True
+    return task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def is_multi_worker(strategy):
+    """Whether ``strategy`` is a ``MultiWorkerMirroredStrategy`` of more than one worker (False under JAX)."""
+    if strategy is None or keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    return getattr(strategy.extended, "_num_workers", 1) > 1
+
+
+def from_chief(values, strategy):
+    """The chief's ``values`` (NumPy arrays or numbers) on every worker of a multi-worker ``strategy``: one
+    all-reduce sum per value, to which the other workers add zeros (every worker must call it, in the same order).
+    Outside a cluster the values come back as arrays, with no collective."""
+    if not is_multi_worker(strategy):
+        return [np.asarray(v) for v in values]
+    import tensorflow as tf
+
+    chief = is_chief(strategy)
+    out = []
+    for value in values:
+        value = np.asarray(value)
+        exact = np.issubdtype(value.dtype, np.floating)  # x + 0 is x; integers go through float64 (< 2**53)
+        mine = value if chief else np.zeros_like(value)
+        tensor = tf.constant(mine if exact else mine.astype(np.float64))
+        summed = strategy.reduce("SUM", tensor, axis=None).numpy()
+        out.append(summed if exact else summed.astype(value.dtype))
+    return out
+
+
+def worker_directory(out_dir, strategy=None):
+    """Where this process writes a run's files: ``out_dir`` for the chief (or a single process), else
+    ``out_dir/worker-{index}``, so that workers never write the same file (TensorBoard's events, the results) at
+    the same time. The weights are the same on every worker (synchronous training): the chief's copy is the run's;
+    ``core.BackupAndRestore`` writes the chief's backup only, and restores every worker from it."""
+    if out_dir is None or is_chief(strategy):
+        return out_dir
+    return os.path.join(out_dir, f"worker-{strategy.cluster_resolver.task_id}")
+
+
+def static_shapes(strategy=None):
+    """Whether ``strategy`` needs every batch in static shapes: a ``TPUStrategy``, which compiles each step with
+    XLA, and every JAX runtime (XLA compiles the step again for each new batch shape, and ``DataParallel`` splits
+    each batch evenly over the devices). The example scripts then pad sequences to their fixed maximum lengths and
+    batch with ``drop_remainder=True`` (the last, smaller batch is dropped). False for every other strategy."""
+    if keras.backend.backend() == "jax":
+        return True
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.TPUStrategy)

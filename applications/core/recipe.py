@@ -19,7 +19,7 @@ A run resumed from its backup (:class:`~attnlayers.applications.core.backup.Back
 resumed, its time budget and learning-rate schedule count the seconds before the interruption, and its results
 cover every run of the training (epochs, history, seconds in all). Under a multi-worker strategy every worker
 trains and takes part in evaluation (keras' ``evaluate`` and ``predict`` are collective there); only the chief
-(:func:`~attnlayers.applications.core.runtime.is_chief`) prints the evaluation, draws, exports and writes
+(:func:`~attnlayers.applications.core.distribution.is_chief`) prints the evaluation, draws, exports and writes
 ``results.json``.
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from .backup import BackupAndRestore
 from .callbacks import BestWeights, StepCounter, TimeBudget
-from .runtime import is_chief
+from .distribution import is_chief
 
 
 def _find(callbacks, kind):

@@ -2,7 +2,7 @@
 by one function from two flags that every example script shares.
 
     parser = argparse.ArgumentParser()
-    add_runtime_arguments(parser)            # --strategy none|data-parallel|mirrored|multi-worker|tpu, --precision
+    cli.add_runtime_arguments(parser)        # --strategy none|data-parallel|mirrored|multi-worker|tpu, --precision
     args = parser.parse_args()
     strategy = setup_runtime(args.strategy, args.precision, tpu=args.tpu)
     with strategy.scope():
@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 
 import keras
-import numpy as np
 
 from attnlayers.validation import one_of
 
@@ -57,29 +56,11 @@ _ALIASES = {"default": "none", "multi_worker": "multi-worker", "multiworker": "m
             "data_parallel": "data-parallel"}
 
 
-def _strategy_name(text):
+def canonical_strategy(text):
+    """The strategy name ``text`` stands for (older spellings such as "default" or "multi_worker" included)."""
     return _ALIASES.get(text, text)
 
 
-def add_runtime_arguments(parser):
-    """Adds ``--strategy``, ``--precision`` and ``--tpu`` (a "runtime" argument group) to an ``argparse``
-    parser; read them back with :func:`runtime_from_args`. Returns the parser."""
-    group = parser.add_argument_group("runtime (where and in what precision the model trains)")
-    group.add_argument(
-        "--strategy", type=_strategy_name, choices=STRATEGIES, default="none",
-        help="none (one device); data-parallel (every local device: keras.distribution.DataParallel under "
-             "KERAS_BACKEND=jax, MirroredStrategy under tensorflow); TensorFlow only: mirrored (MirroredStrategy "
-             "over all local GPUs, or the logical CPUs), multi-worker (MultiWorkerMirroredStrategy; set TF_CONFIG "
-             "on every worker), tpu (TPUStrategy; see --tpu) (default: none)",
-    )
-    group.add_argument(
-        "--precision", choices=PRECISIONS, default="float32",
-        help="Keras dtype policy: float32, mixed_float16 (GPUs; loss scaling is automatic) or mixed_bfloat16 "
-             "(TPUs, recent CPUs/GPUs); variables stay float32 (default: float32)",
-    )
-    group.add_argument("--tpu", default=None, metavar="NAME",
-                       help="with --strategy tpu: the TPU name or grpc:// address (default: a local TPU VM)")
-    return parser
 
 
 def make_strategy(name="none", *, tpu=None, devices=None):
@@ -95,7 +76,7 @@ def make_strategy(name="none", *, tpu=None, devices=None):
         ValueError: an unknown name, a multi-worker / TPU strategy where no cluster / TPU is available, or a
             ``tf.distribute`` strategy under the JAX backend.
     """
-    name = one_of(_strategy_name(name), "strategy", STRATEGIES)
+    name = one_of(canonical_strategy(name), "strategy", STRATEGIES)
     if keras.backend.backend() == "jax":  # keras.distribution, not tf.distribute
         from .distribution import jax_runtime
 
@@ -154,74 +135,16 @@ def setup_runtime(strategy="none", precision="float32", *, tpu=None, devices=Non
     return built
 
 
-def runtime_from_args(args):
-    """:func:`setup_runtime` from the flags of :func:`add_runtime_arguments`."""
-    return setup_runtime(args.strategy, args.precision, tpu=getattr(args, "tpu", None))
 
 
-def is_chief(strategy=None):
-    """Whether this process is the one that writes a multi-worker run's outputs: the "chief" task, else worker 0
-    of a cluster without one; True outside a cluster (one process)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None)
-    if not task_type:
-        return True
-    if task_type == "chief":
-        return True
-    return task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
 
 
-def is_multi_worker(strategy):
-    """Whether ``strategy`` is a ``MultiWorkerMirroredStrategy`` of more than one worker (False under JAX)."""
-    if strategy is None or keras.backend.backend() != "tensorflow":
-        return False
-    import tensorflow as tf
-
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return False
-    return getattr(strategy.extended, "_num_workers", 1) > 1
 
 
-def from_chief(values, strategy):
-    """The chief's ``values`` (NumPy arrays or numbers) on every worker of a multi-worker ``strategy``: one
-    all-reduce sum per value, to which the other workers add zeros (every worker must call it, in the same order).
-    Outside a cluster the values come back as arrays, with no collective."""
-    if not is_multi_worker(strategy):
-        return [np.asarray(v) for v in values]
-    import tensorflow as tf
-
-    chief = is_chief(strategy)
-    out = []
-    for value in values:
-        value = np.asarray(value)
-        exact = np.issubdtype(value.dtype, np.floating)  # x + 0 is x; integers go through float64 (< 2**53)
-        mine = value if chief else np.zeros_like(value)
-        tensor = tf.constant(mine if exact else mine.astype(np.float64))
-        summed = strategy.reduce("SUM", tensor, axis=None).numpy()
-        out.append(summed if exact else summed.astype(value.dtype))
-    return out
 
 
-def worker_directory(out_dir, strategy=None):
-    """Where this process writes a run's files: ``out_dir`` for the chief (or a single process), else
-    ``out_dir/worker-{index}``, so that workers never write the same file (TensorBoard's events, the results) at
-    the same time. The weights are the same on every worker (synchronous training): the chief's copy is the run's;
-    ``core.BackupAndRestore`` writes the chief's backup only, and restores every worker from it."""
-    if out_dir is None or is_chief(strategy):
-        return out_dir
-    return os.path.join(out_dir, f"worker-{strategy.cluster_resolver.task_id}")
 
 
-def static_shapes(strategy=None):
-    """Whether ``strategy`` needs every batch in static shapes: a ``TPUStrategy``, which compiles each step with
-    XLA, and every JAX runtime (XLA compiles the step again for each new batch shape, and ``DataParallel`` splits
-    each batch evenly over the devices). The example scripts then pad sequences to their fixed maximum lengths and
-    batch with ``drop_remainder=True`` (the last, smaller batch is dropped). False for every other strategy."""
-    if keras.backend.backend() == "jax":
-        return True
-    import tensorflow as tf
-
-    return isinstance(strategy, tf.distribute.TPUStrategy)
 
 
 def describe_runtime(strategy):

@@ -20,12 +20,13 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
 
 # argv: out folder, kill marker, the global step after which worker 1 kills itself. 3 epochs of 4 global batches of
 # 16 (8 per worker), Adam (its moments must come back too), a backup every 2 steps in OUT/backup for the chief and
-# OUT/worker-1/backup for worker 1 (runtime.worker_directory, as the example scripts do). Then, in the same
+# OUT/worker-1/backup for worker 1 (distribution.worker_directory, as the example scripts do). Then, in the same
 # processes, the uninterrupted reference: the same model from the same seed, trained with no backup and no kill.
 WORKER = """
 import os, signal, sys
 os.environ["KERAS_BACKEND"] = "tensorflow"
-from attnlayers.applications.core.runtime import make_strategy, is_chief, worker_directory
+from attnlayers.applications.core.runtime import make_strategy
+from attnlayers.applications.core.distribution import is_chief, worker_directory
 strategy = make_strategy("multi-worker")
 import keras, numpy as np, tensorflow as tf
 from attnlayers.applications.core import BackupAndRestore

@@ -24,7 +24,8 @@ WORKER = """
 import json, os, signal, sys, time
 signal.alarm(150)
 os.environ["KERAS_BACKEND"] = "tensorflow"
-from attnlayers.applications.core.runtime import make_strategy, is_chief, worker_directory
+from attnlayers.applications.core.runtime import make_strategy
+from attnlayers.applications.core.distribution import is_chief, worker_directory
 strategy = make_strategy("multi-worker")
 import keras, numpy as np, tensorflow as tf
 from attnlayers.applications import core
