@@ -1,6 +1,7 @@
-"""Steps per second of every application's small scale-out job (``<app>/problem.py``, ``core.problems``) on one
-device against two: MirroredStrategy over 2 logical CPUs, MultiWorkerMirroredStrategy over 2 local worker
-processes, and (KERAS_BACKEND=jax) DataParallel over 2 host devices against one.
+"""Steps per second of every application's small scale-out job (``benchmarks/problems/<app>.py``, run by
+``python -m benchmarks.problems``) on one device against two: MirroredStrategy over 2 logical CPUs,
+MultiWorkerMirroredStrategy over 2 local worker processes, and (KERAS_BACKEND=jax) DataParallel over 2 host devices
+against one.
 
     python benchmarks/scale_out.py                       # every application, every placement -> a table
     python benchmarks/scale_out.py --apps gpt --steps 60 --jit-compile
@@ -18,9 +19,11 @@ import argparse
 import io
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root: `benchmarks.problems` is imported from it
 APPLICATIONS = ("nmt", "captioning", "bert", "gpt")
 RUNS = (  # (name, placement, backend, replicas)
     ("1 device", "none", "tensorflow", 1),
@@ -37,13 +40,13 @@ def _measured(text):
 
 
 def run_one(app, placement, backend, args):
-    """The JSON line core.problems prints for one process (or worker 0 of two)."""
+    """The JSON line ``python -m benchmarks.problems`` prints for one process (or worker 0 of two)."""
     from attnlayers.applications.core import launch
 
-    command = [sys.executable, "-m", "attnlayers.applications.core.problems", f"attnlayers.applications.{app}.problem",
-               "--placement", placement, "--steps", str(args.steps)] + (["--jit-compile"] if args.jit_compile else [])
+    command = ([sys.executable, "-m", "benchmarks.problems", app, "--placement", placement, "--steps", str(args.steps)]
+               + (["--jit-compile"] if args.jit_compile else []))
     env = {"TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend,
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *(p for p in sys.path if p)])}
     if placement == "jax-data-parallel":
         env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     if placement == "multi-worker":

@@ -1,12 +1,13 @@
-"""Every application trains the same way wherever it runs: its small job (``<app>/problem.py``,
-``core.problems``) ends with the weights of one device under MirroredStrategy over 2 logical CPUs; its whole
-train step compiles with XLA; its input pipeline has no Python op (TPU-ready). GPT's job also ends with the
-weights of one process under MultiWorkerMirroredStrategy over 2 worker processes and under JAX's DataParallel
-over 2 host devices."""
+"""Every application trains the same way wherever it runs: its small job (``benchmarks/problems/<app>.py``, run
+by ``benchmarks/problems/runner.py``) ends with the weights of one device under MirroredStrategy over 2 logical
+CPUs; its whole train step compiles with XLA; its input pipeline has no Python op (TPU-ready). GPT's job also ends
+with the weights of one process under MultiWorkerMirroredStrategy over 2 worker processes and under JAX's
+DataParallel over 2 host devices."""
 
 import io
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -14,16 +15,20 @@ import keras
 import numpy as np
 import pytest
 
-from attnlayers.applications.core import launch, problems
+from attnlayers.applications.core import launch
+
+# The jobs live in benchmarks/problems/, imported from the repository root: on sys.path under `python -m pytest` (run
+# from the root), put there for a bare `pytest`; the subprocesses below get it first on their PYTHONPATH.
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.append(ROOT)
+from benchmarks.problems import runner, training_problem  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="tf.distribute strategies and XLA through tf.function need TensorFlow")
 
 APPLICATIONS = ("nmt", "captioning", "bert", "gpt")
-
-
-def _module(app):
-    return f"attnlayers.applications.{app}.problem"
+_PYTHONPATH = os.pathsep.join([ROOT, *sys.path])  # for ``python -m benchmarks.problems``
 
 
 @pytest.fixture(params=APPLICATIONS)
@@ -32,7 +37,7 @@ def app(request):
 
 
 def _env(**extra):
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path), **extra}
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": _PYTHONPATH, **extra}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def one_device():
 
     def run(app):
         if app not in runs:
-            runs[app] = problems.train(problems.load_problem(_module(app)))
+            runs[app] = runner.train(training_problem(app))
         return runs[app]
 
     return run
@@ -52,27 +57,28 @@ def one_device():
 def test_mirrored_over_two_cpus_equals_one_device(app, one_device):
     from attnlayers.applications.core import make_strategy
 
-    problem = problems.load_problem(_module(app))
-    mirrored, mirrored_loss = problems.train(problem, make_strategy("mirrored"))
+    problem = training_problem(app)
+    mirrored, mirrored_loss = runner.train(problem, make_strategy("mirrored"))
     single, single_loss = one_device(app)
     assert len(mirrored) == len(single)
     assert mirrored_loss[0] == pytest.approx(single_loss[0], rel=1e-5)
-    assert problems.max_difference(mirrored, single) <= problem.tolerance
+    assert runner.max_difference(mirrored, single) <= problem.tolerance
     # The job must move the weights, or equality would say nothing.
-    assert problems.max_difference(single, problems.build(problem).get_weights()) > 100 * problem.tolerance
+    assert runner.max_difference(single, runner.build(problem).get_weights()) > 100 * problem.tolerance
 
 
 def test_train_step_compiles_with_xla_and_the_pipeline_has_no_python_op(app):
-    problem = problems.load_problem(_module(app))
-    hlo = problems.xla_train_step(problem)
+    problem = training_problem(app)
+    hlo = runner.xla_train_step(problem)
     assert "HloModule" in hlo and ("dot(" in hlo or "convolution(" in hlo)
-    assert problems.python_ops(problem.dataset(problem.global_batch)) == []
-    shapes = [tuple(t.shape) for t in __import__("tensorflow").nest.flatten(problems.first_batch(problem))]
+    assert runner.python_ops(problem.dataset(problem.global_batch)) == []
+    shapes = [tuple(t.shape) for t in __import__("tensorflow").nest.flatten(runner.first_batch(problem))]
     assert all(s[0] == problem.global_batch for s in shapes), shapes  # a static global batch
 
 
 def _jobs(lines):
-    """{problem name: its JSON line} from core.problems' output (a worker's lines start with "[worker i] ")."""
+    """{problem name: its JSON line} from the output of ``python -m benchmarks.problems`` (a worker's lines start
+    with "[worker i] ")."""
     jobs = {}
     for line in lines.splitlines():
         if '{"problem"' in line:
@@ -87,7 +93,7 @@ def _jobs(lines):
 # placements must get right: masks, a metric reduced across workers, gradients clipped after the all-reduce.
 # The one-device reference is trained in this process.
 PLACEMENT_APPLICATIONS = ("gpt",)
-_COMMAND = [sys.executable, "-m", "attnlayers.applications.core.problems", *map(_module, PLACEMENT_APPLICATIONS)]
+_COMMAND = [sys.executable, "-m", "benchmarks.problems", *PLACEMENT_APPLICATIONS]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +102,7 @@ def worker_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("workers")
     out = io.StringIO()
     code = launch.launch_workers(_COMMAND + ["--placement", "multi-worker", "--out", str(folder)], 2,
-                                 env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path)}, out=out)
+                                 env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": _PYTHONPATH}, out=out)
     return folder, code, out.getvalue()
 
 
@@ -106,8 +112,8 @@ def test_two_workers_equal_one_process(app, worker_runs, one_device):
     assert code == 0, out[-3000:]
     assert _jobs(out)[app]["replicas"] == 2
     two = np.load(folder / f"{app}.npz")
-    tolerance = problems.load_problem(_module(app)).tolerance
-    assert problems.max_difference([two[k] for k in two], one_device(app)[0]) <= tolerance
+    tolerance = training_problem(app).tolerance
+    assert runner.max_difference([two[k] for k in two], one_device(app)[0]) <= tolerance
 
 
 @pytest.fixture(scope="module")
@@ -124,4 +130,4 @@ def test_jax_data_parallel_over_two_devices_equals_one(app, data_parallel_runs):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     measured = _jobs(result.stdout)[app]
     assert measured["devices"] == 2
-    assert measured["max_difference"] <= problems.load_problem(_module(app)).tolerance
+    assert measured["max_difference"] <= training_problem(app).tolerance

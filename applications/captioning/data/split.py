@@ -10,6 +10,7 @@ import numpy as np
 
 from attnlayers.validation import non_negative_int
 
+from ...core.splits import split_items
 from .caption_set import CaptionSet, CaptionSplits
 from .readers import read_coco, read_flickr8k
 from .scenes import load_scenes
@@ -38,9 +39,9 @@ def split_caption_set(
         raise ValueError(f"split_caption_set needs at least 3 images (one per split); received {n}.")
     test = min(num_test, max(1, n // 5))
     validation = min(num_validation, max(1, n // 10))
-    order = np.random.default_rng(seed).permutation(n)
-    parts = np.split(order, [test, test + validation])
-    test_indices, validation_indices, train_indices = (np.sort(p) for p in parts)
+    # numpy's generator (not random.Random as for translation pairs): the splits recorded so far were drawn with it.
+    test_indices, validation_indices, train_indices = split_items(range(n), [test, validation],
+                                                                  np.random.default_rng(seed))
     return CaptionSplits(
         train=caption_set.select(train_indices),
         validation=caption_set.select(validation_indices),

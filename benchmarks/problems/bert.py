@@ -1,4 +1,4 @@
-"""BERT's small scale-out job for :mod:`attnlayers.applications.core.problems`: the pretraining model
+"""BERT's small scale-out job for :mod:`benchmarks.problems`: the pretraining model
 (:class:`BertPretrainer`: masked LM + next sentence prediction over a :class:`BertBackbone`) at a tiny size, compiled
 by its own :meth:`~BertPretrainer.compile_for_pretraining` (the MLM cross-entropy averaged over the real predictions
 + the NSP cross-entropy; BERT's AdamW with warm-up and linear decay), on batches of the real pretraining pipeline
@@ -9,7 +9,7 @@ sentences written here.
       features {"token_ids", "segment_ids", "padding_mask"} (8, 16), {"mask_positions"} (8, 4)
       labels {"mlm": (8, 4), "nsp": (8,)}, sample weights {"mlm": (8, 4), "nsp": (8,)}    3 steps
 
-    python -m attnlayers.applications.core.problems attnlayers.applications.bert.problem --placement mirrored
+    python -m benchmarks.problems bert --placement mirrored
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import random
 
-from ..core.problems import TrainingProblem
-from .tokenizer import SPECIAL_TOKENS
+from attnlayers.applications.bert.tokenizer import SPECIAL_TOKENS
+
+from .runner import TrainingProblem
 
 SEQUENCE_LENGTH = 16  # L: [CLS] A [SEP] B [SEP] and padding
 MAX_PREDICTIONS = 4  # P
@@ -65,9 +66,9 @@ def pretraining_documents(seed=0, num_documents=4, sentences=20):
 def build_model(jit_compile="auto"):
     """A 2-layer BERT (d 32, 2 heads, d_ff 64, V 50, 16 positions, no dropout: replicas would draw other dropout
     masks) under the MLM and NSP heads, compiled with :meth:`BertPretrainer.compile_for_pretraining`."""
-    from .config import BertConfig
-    from .pretrainer import BertPretrainer
-    from .recipes import built_backbone
+    from attnlayers.applications.bert.config import BertConfig
+    from attnlayers.applications.bert.pretrainer import BertPretrainer
+    from attnlayers.applications.bert.training import built_backbone
 
     config = BertConfig(vocabulary_size=len(VOCABULARY), max_sequence_length=SEQUENCE_LENGTH, num_layers=2,
                         num_heads=2, hidden_dim=32, intermediate_dim=64, dropout=0.0)
@@ -78,8 +79,8 @@ def build_model(jit_compile="auto"):
 
 def training_problem(seed=0):
     """The BERT job: 3 steps of global batch 8 (see the module docstring)."""
-    from .pretraining_data import pretraining_dataset
-    from .tokenizer import BertTokenizer
+    from attnlayers.applications.bert.pretraining_data import pretraining_dataset
+    from attnlayers.applications.bert.tokenizer import BertTokenizer
 
     tokenizer = BertTokenizer(VOCABULARY)
     documents = pretraining_documents(seed)

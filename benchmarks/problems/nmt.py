@@ -1,9 +1,9 @@
-"""The translation application's small scale-out job (``core.problems``): the Transformer translator at a tiny
+"""The translation application's small scale-out job (:mod:`benchmarks.problems`): the Transformer translator at a tiny
 size (the "tiny" recipe, 1 + 1 layers, d_model 32, no dropout), its masked, label-smoothed cross-entropy and
 SGD with momentum, on synthetic pairs tokenized by the application's own word-level tokenizers and batched by its own
 ``make_dataset``, padded to fixed lengths.
 
-    python -m attnlayers.applications.core.problems attnlayers.applications.nmt.problem --placement mirrored
+    python -m benchmarks.problems nmt --placement mirrored
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import functools
 
 import keras
 
-from ..core.problems import TrainingProblem
-from .data import Pairs, make_dataset, synthetic_pairs
-from .model import MaskedAccuracy, MaskedCrossEntropy, TransformerTranslator
-from .recipes import get_variant
-from .tokenizer import build_tokenizers
+from attnlayers.applications.nmt.data import Pairs, make_dataset, synthetic_pairs
+from attnlayers.applications.nmt.model import MaskedAccuracy, MaskedCrossEntropy, TransformerTranslator
+from attnlayers.applications.nmt.recipes import get_variant
+from attnlayers.applications.nmt.tokenizer import build_tokenizers
+
+from .runner import TrainingProblem
 
 GLOBAL_BATCH = 8
 STEPS = 3

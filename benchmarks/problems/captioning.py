@@ -1,10 +1,10 @@
-"""The captioning application's small scale-out job (``core.problems``): Show, Attend and Tell with soft
+"""The captioning application's small scale-out job (:mod:`benchmarks.problems`): Show, Attend and Tell with soft
 attention (the "soft" recipe of :func:`~attnlayers.applications.captioning.recipes.build_captioner` at a tiny
 size: a 2-block CNN over 16 x 16 images, a 4 x 4 grid of 8 features, embeddings 16, LSTM 32, no dropout), its
 masked cross-entropy plus the doubly stochastic penalty, on generated scenes batched by the application's own
 ``make_dataset`` (images held in memory: a ``tf.gather`` from a constant, no Python op).
 
-    python -m attnlayers.applications.core.problems attnlayers.applications.captioning.problem --placement mirrored
+    python -m benchmarks.problems captioning --placement mirrored
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import functools
 import keras
 import numpy as np
 
-from ..core.losses import MaskedCrossEntropy
-from ..core.metrics import MaskedAccuracy
-from ..core.problems import TrainingProblem
-from .data import CaptionSet, CaptionVocabulary, make_dataset, make_scenes
-from .recipes import build_captioner
+from attnlayers.applications.captioning.data import CaptionSet, CaptionVocabulary, make_dataset, make_scenes
+from attnlayers.applications.captioning.recipes import build_captioner
+from attnlayers.applications.core.losses import MaskedCrossEntropy
+from attnlayers.applications.core.metrics import MaskedAccuracy
+
+from .runner import TrainingProblem
 
 GLOBAL_BATCH = 8
 STEPS = 3

@@ -1,4 +1,4 @@
-"""GPT's small scale-out job for :mod:`attnlayers.applications.core.problems`: the GPT-2-style :class:`GPT` at a
+"""GPT's small scale-out job for :mod:`benchmarks.problems`: the GPT-2-style :class:`GPT` at a
 tiny size, compiled by the recipe (:func:`recipes.compile_for_training`: the padding-masked causal LM loss, the
 Perplexity metric, decoupled AdamW with clipping), on windows that :mod:`data` packs from token streams.
 
@@ -6,15 +6,16 @@ Perplexity metric, decoupled AdamW with clipping), on windows that :mod:`data` p
       -> one global batch (8): 4 windows of A then 4 of B -> data.lm_examples / lm_dataset(drop_remainder=True)
       x {"token_ids", "padding_mask"} (8, 16), y (8, 16), sample_weight (8, 16)   3 steps
 
-    python -m attnlayers.applications.core.problems attnlayers.applications.gpt.problem --placement mirrored
+    python -m benchmarks.problems gpt --placement mirrored
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.problems import TrainingProblem
-from . import data
+from attnlayers.applications.gpt import data
+
+from .runner import TrainingProblem
 
 SEQUENCE_LENGTH = 16  # L
 VOCABULARY_SIZE = 64  # token ids 0..62, 63 = the end token (GPT-2's <|endoftext|>: the last id)
@@ -74,8 +75,8 @@ def windows(global_batch=GLOBAL_BATCH, steps=STEPS, seed=0):
 def build_model(jit_compile="auto"):
     """A 2-layer GPT-2 (d 32, 2 heads, d_ff 128, V 64, 16 positions, no dropout: replicas would draw other
     dropout masks), compiled with the recipe's :func:`~attnlayers.applications.gpt.recipes.compile_for_training`."""
-    from .model import GPT, GPTConfig
-    from .recipes import TrainingSettings, compile_for_training
+    from attnlayers.applications.gpt.model import GPT, GPTConfig
+    from attnlayers.applications.gpt.recipes import TrainingSettings, compile_for_training
 
     config = GPTConfig(vocabulary_size=VOCABULARY_SIZE, max_sequence_length=SEQUENCE_LENGTH, num_layers=2,
                        num_heads=2, hidden_dim=32, intermediate_dim=128, dropout=0.0, end_token_id=END_TOKEN_ID,
