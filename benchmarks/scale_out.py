@@ -1,5 +1,5 @@
-"""Steps per second of every application's small scale-out job (``benchmarks/problems/<app>.py``, run by
-``python -m benchmarks.problems``) on one device against two: MirroredStrategy over 2 logical CPUs,
+"""Steps per second of every application's small scale-out job (``benchmarks/jobs/<app>.py``, run by
+``python -m benchmarks.jobs``) on one device against two: MirroredStrategy over 2 logical CPUs,
 MultiWorkerMirroredStrategy over 2 local worker processes, and (KERAS_BACKEND=jax) DataParallel over 2 host devices
 against one.
 
@@ -23,7 +23,7 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root: `benchmarks.problems` is imported from it
+ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root: `benchmarks.jobs` is imported from it
 APPLICATIONS = ("nmt", "captioning", "bert", "gpt")
 RUNS = (  # (name, placement, backend, replicas)
     ("1 device", "none", "tensorflow", 1),
@@ -40,10 +40,10 @@ def _measured(text):
 
 
 def run_one(app, placement, backend, args):
-    """The JSON line ``python -m benchmarks.problems`` prints for one process (or worker 0 of two)."""
+    """The JSON line ``python -m benchmarks.jobs`` prints for one process (or worker 0 of two)."""
     from attnlayers.applications.core import launch
 
-    command = ([sys.executable, "-m", "benchmarks.problems", app, "--placement", placement, "--steps", str(args.steps)]
+    command = ([sys.executable, "-m", "benchmarks.jobs", app, "--placement", placement, "--steps", str(args.steps)]
                + (["--jit-compile"] if args.jit_compile else []))
     env = {"TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend,
            "PYTHONPATH": os.pathsep.join([str(ROOT), *(p for p in sys.path if p)])}

@@ -184,7 +184,7 @@ def _bert_config():
 
 
 def _bert_pretrainer():
-    """As the BERT scale-out job builds and compiles it (``build_model`` of ``benchmarks/problems/bert.py``), with
+    """As the BERT scale-out job builds and compiles it (``build_model`` of ``benchmarks/jobs/bert.py``), with
     one layer."""
     from attnlayers.applications.bert.backbone import BertBackbone
     from attnlayers.applications.bert.pretrainer import BertPretrainer
@@ -203,7 +203,7 @@ def _bert_head(cls, *args):
 
 
 def _gpt(**config):
-    """As the GPT scale-out job builds and compiles it (``benchmarks/problems/gpt.py``: ``build_model``, the recipe's
+    """As the GPT scale-out job builds and compiles it (``benchmarks/jobs/gpt.py``: ``build_model``, the recipe's
     ``compile_for_training``), with one layer."""
     from attnlayers.applications.gpt.model import GPT, GPTConfig
     from attnlayers.applications.gpt.recipes import TrainingSettings, compile_for_training

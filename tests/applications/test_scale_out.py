@@ -1,5 +1,5 @@
-"""Every application trains the same way wherever it runs: its small job (``benchmarks/problems/<app>.py``, run
-by ``benchmarks/problems/runner.py``) ends with the weights of one device under MirroredStrategy over 2 logical
+"""Every application trains the same way wherever it runs: its small job (``benchmarks/jobs/<app>.py``, run
+by ``benchmarks/jobs/runner.py``) ends with the weights of one device under MirroredStrategy over 2 logical
 CPUs; its whole train step compiles with XLA; its input pipeline has no Python op (TPU-ready). GPT's job also ends
 with the weights of one process under MultiWorkerMirroredStrategy over 2 worker processes and under JAX's
 DataParallel over 2 host devices."""
@@ -17,18 +17,18 @@ import pytest
 
 from attnlayers.applications.core import launch
 
-# The jobs live in benchmarks/problems/, imported from the repository root: on sys.path under `python -m pytest` (run
+# The jobs live in benchmarks/jobs/, imported from the repository root: on sys.path under `python -m pytest` (run
 # from the root), put there for a bare `pytest`; the subprocesses below get it first on their PYTHONPATH.
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 if ROOT not in sys.path:
     sys.path.append(ROOT)
-from benchmarks.problems import runner, training_problem  # noqa: E402
+from benchmarks.jobs import runner, training_job  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="tf.distribute strategies and XLA through tf.function need TensorFlow")
 
 APPLICATIONS = ("nmt", "captioning", "bert", "gpt")
-_PYTHONPATH = os.pathsep.join([ROOT, *sys.path])  # for ``python -m benchmarks.problems``
+_PYTHONPATH = os.pathsep.join([ROOT, *sys.path])  # for ``python -m benchmarks.jobs``
 
 
 @pytest.fixture(params=APPLICATIONS)
@@ -48,7 +48,7 @@ def one_device():
 
     def run(app):
         if app not in runs:
-            runs[app] = runner.train(training_problem(app))
+            runs[app] = runner.train(training_job(app))
         return runs[app]
 
     return run
@@ -57,33 +57,33 @@ def one_device():
 def test_mirrored_over_two_cpus_equals_one_device(app, one_device):
     from attnlayers.applications.core import make_strategy
 
-    problem = training_problem(app)
-    mirrored, mirrored_loss = runner.train(problem, make_strategy("mirrored"))
+    job = training_job(app)
+    mirrored, mirrored_loss = runner.train(job, make_strategy("mirrored"))
     single, single_loss = one_device(app)
     assert len(mirrored) == len(single)
     assert mirrored_loss[0] == pytest.approx(single_loss[0], rel=1e-5)
-    assert runner.max_difference(mirrored, single) <= problem.tolerance
+    assert runner.max_difference(mirrored, single) <= job.tolerance
     # The job must move the weights, or equality would say nothing.
-    assert runner.max_difference(single, runner.build(problem).get_weights()) > 100 * problem.tolerance
+    assert runner.max_difference(single, runner.build(job).get_weights()) > 100 * job.tolerance
 
 
 def test_train_step_compiles_with_xla_and_the_pipeline_has_no_python_op(app):
-    problem = training_problem(app)
-    hlo = runner.xla_train_step(problem)
+    job = training_job(app)
+    hlo = runner.xla_train_step(job)
     assert "HloModule" in hlo and ("dot(" in hlo or "convolution(" in hlo)
-    assert runner.python_ops(problem.dataset(problem.global_batch)) == []
-    shapes = [tuple(t.shape) for t in __import__("tensorflow").nest.flatten(runner.first_batch(problem))]
-    assert all(s[0] == problem.global_batch for s in shapes), shapes  # a static global batch
+    assert runner.python_ops(job.dataset(job.global_batch)) == []
+    shapes = [tuple(t.shape) for t in __import__("tensorflow").nest.flatten(runner.first_batch(job))]
+    assert all(s[0] == job.global_batch for s in shapes), shapes  # a static global batch
 
 
 def _jobs(lines):
-    """{problem name: its JSON line} from the output of ``python -m benchmarks.problems`` (a worker's lines start
+    """{job name: its JSON line} from the output of ``python -m benchmarks.jobs`` (a worker's lines start
     with "[worker i] ")."""
     jobs = {}
     for line in lines.splitlines():
-        if '{"problem"' in line:
+        if '{"job"' in line:
             job = json.loads(line[line.index("{"):])
-            jobs.setdefault(job["problem"], job)
+            jobs.setdefault(job["job"], job)
     return jobs
 
 
@@ -93,7 +93,7 @@ def _jobs(lines):
 # placements must get right: masks, a metric reduced across workers, gradients clipped after the all-reduce.
 # The one-device reference is trained in this process.
 PLACEMENT_APPLICATIONS = ("gpt",)
-_COMMAND = [sys.executable, "-m", "benchmarks.problems", *PLACEMENT_APPLICATIONS]
+_COMMAND = [sys.executable, "-m", "benchmarks.jobs", *PLACEMENT_APPLICATIONS]
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_two_workers_equal_one_process(app, worker_runs, one_device):
     assert code == 0, out[-3000:]
     assert _jobs(out)[app]["replicas"] == 2
     two = np.load(folder / f"{app}.npz")
-    tolerance = training_problem(app).tolerance
+    tolerance = training_job(app).tolerance
     assert runner.max_difference([two[k] for k in two], one_device(app)[0]) <= tolerance
 
 
@@ -130,4 +130,4 @@ def test_jax_data_parallel_over_two_devices_equals_one(app, data_parallel_runs):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     measured = _jobs(result.stdout)[app]
     assert measured["devices"] == 2
-    assert measured["max_difference"] <= training_problem(app).tolerance
+    assert measured["max_difference"] <= training_job(app).tolerance

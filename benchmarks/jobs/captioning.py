@@ -1,10 +1,10 @@
-"""The captioning application's small scale-out job (:mod:`benchmarks.problems`): Show, Attend and Tell with soft
+"""The captioning application's small scale-out job (:mod:`benchmarks.jobs`): Show, Attend and Tell with soft
 attention (the "soft" recipe of :func:`~attnlayers.applications.captioning.recipes.build_captioner` at a tiny
 size: a 2-block CNN over 16 x 16 images, a 4 x 4 grid of 8 features, embeddings 16, LSTM 32, no dropout), its
 masked cross-entropy plus the doubly stochastic penalty, on generated scenes batched by the application's own
 ``make_dataset`` (images held in memory: a ``tf.gather`` from a constant, no Python op).
 
-    python -m benchmarks.problems captioning --placement mirrored
+    python -m benchmarks.jobs captioning --placement mirrored
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from attnlayers.applications.captioning.recipes import build_captioner
 from attnlayers.applications.core.losses import MaskedCrossEntropy
 from attnlayers.applications.core.metrics import MaskedAccuracy
 
-from .runner import TrainingProblem
+from .runner import TrainingJob
 
 GLOBAL_BATCH = 8
 STEPS = 3
@@ -67,15 +67,15 @@ def _dataset(scenes, vocabulary, global_batch):
                         shuffle=False, drop_remainder=True)
 
 
-def training_problem(seed=0):
-    """3 steps of a tiny soft-attention Show, Attend and Tell on batches of 8 scenes (:class:`TrainingProblem`).
+def training_job(seed=0):
+    """3 steps of a tiny soft-attention Show, Attend and Tell on batches of 8 scenes (:class:`TrainingJob`).
 
     Tolerance 1e-5: the replicas sum the same per-example gradients in another order (float32 round-off,
     ~1e-7 relative), which 3 SGD steps carry into the weights (measured: 3e-8 at most).
     """
     scenes = _scenes(GLOBAL_BATCH * STEPS, seed)
     vocabulary = CaptionVocabulary.build(scenes)
-    return TrainingProblem(
+    return TrainingJob(
         name="captioning",
         build=functools.partial(_build, vocabulary.vocabulary_size),
         dataset=functools.partial(_dataset, scenes, vocabulary),

@@ -1,4 +1,4 @@
-"""BERT's small scale-out job for :mod:`benchmarks.problems`: the pretraining model
+"""BERT's small scale-out job for :mod:`benchmarks.jobs`: the pretraining model
 (:class:`BertPretrainer`: masked LM + next sentence prediction over a :class:`BertBackbone`) at a tiny size, compiled
 by its own :meth:`~BertPretrainer.compile_for_pretraining` (the MLM cross-entropy averaged over the real predictions
 + the NSP cross-entropy; BERT's AdamW with warm-up and linear decay), on batches of the real pretraining pipeline
@@ -9,7 +9,7 @@ sentences written here.
       features {"token_ids", "segment_ids", "padding_mask"} (8, 16), {"mask_positions"} (8, 4)
       labels {"mlm": (8, 4), "nsp": (8,)}, sample weights {"mlm": (8, 4), "nsp": (8,)}    3 steps
 
-    python -m benchmarks.problems bert --placement mirrored
+    python -m benchmarks.jobs bert --placement mirrored
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import random
 
 from attnlayers.applications.bert.tokenizer import SPECIAL_TOKENS
 
-from .runner import TrainingProblem
+from .runner import TrainingJob
 
 SEQUENCE_LENGTH = 16  # L: [CLS] A [SEP] B [SEP] and padding
 MAX_PREDICTIONS = 4  # P
@@ -77,7 +77,7 @@ def build_model(jit_compile="auto"):
     return model
 
 
-def training_problem(seed=0):
+def training_job(seed=0):
     """The BERT job: 3 steps of global batch 8 (see the module docstring)."""
     from attnlayers.applications.bert.pretraining_data import pretraining_dataset
     from attnlayers.applications.bert.tokenizer import BertTokenizer
@@ -95,5 +95,5 @@ def training_problem(seed=0):
                                    short_sequence_probability=0.0, shuffle=False, drop_remainder=True,
                                    dynamic_masking=False)
 
-    return TrainingProblem(name="bert", build=build_model, dataset=dataset, global_batch=GLOBAL_BATCH, steps=STEPS,
+    return TrainingJob(name="bert", build=build_model, dataset=dataset, global_batch=GLOBAL_BATCH, steps=STEPS,
                            tolerance=TOLERANCE, seed=seed)

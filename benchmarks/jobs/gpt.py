@@ -1,4 +1,4 @@
-"""GPT's small scale-out job for :mod:`benchmarks.problems`: the GPT-2-style :class:`GPT` at a
+"""GPT's small scale-out job for :mod:`benchmarks.jobs`: the GPT-2-style :class:`GPT` at a
 tiny size, compiled by the recipe (:func:`recipes.compile_for_training`: the padding-masked causal LM loss, the
 Perplexity metric, decoupled AdamW with clipping), on windows that :mod:`data` packs from token streams.
 
@@ -6,7 +6,7 @@ Perplexity metric, decoupled AdamW with clipping), on windows that :mod:`data` p
       -> one global batch (8): 4 windows of A then 4 of B -> data.lm_examples / lm_dataset(drop_remainder=True)
       x {"token_ids", "padding_mask"} (8, 16), y (8, 16), sample_weight (8, 16)   3 steps
 
-    python -m benchmarks.problems gpt --placement mirrored
+    python -m benchmarks.jobs gpt --placement mirrored
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from attnlayers.applications.gpt import data
 
-from .runner import TrainingProblem
+from .runner import TrainingJob
 
 SEQUENCE_LENGTH = 16  # L
 VOCABULARY_SIZE = 64  # token ids 0..62, 63 = the end token (GPT-2's <|endoftext|>: the last id)
@@ -88,12 +88,12 @@ def build_model(jit_compile="auto"):
     return model
 
 
-def training_problem(seed=0):
+def training_job(seed=0):
     """The GPT job: 3 steps of global batch 8 (see the module docstring)."""
 
     def dataset(global_batch):
         # in order (no shuffling), every batch full (drop_remainder): static (global_batch, L) shapes
         return data.lm_dataset(*windows(global_batch, STEPS, seed), global_batch, seed=None, drop_remainder=True)
 
-    return TrainingProblem(name="gpt", build=build_model, dataset=dataset, global_batch=GLOBAL_BATCH, steps=STEPS,
+    return TrainingJob(name="gpt", build=build_model, dataset=dataset, global_batch=GLOBAL_BATCH, steps=STEPS,
                            tolerance=TOLERANCE, seed=seed)

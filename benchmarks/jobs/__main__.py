@@ -1,5 +1,5 @@
-"""``python -m benchmarks.problems APP [APP ...] --placement ...``: trains applications' small scale-out jobs under
-one placement, one after the other in this process; prints one JSON line per job (``{"problem": name, ...}``) and
+"""``python -m benchmarks.jobs APP [APP ...] --placement ...``: trains applications' small scale-out jobs under
+one placement, one after the other in this process; prints one JSON line per job (``{"job": name, ...}``) and
 saves its final weights. Run from the repository root, or with it on ``PYTHONPATH``."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import sys
 import keras
 import numpy as np
 
-from . import APPLICATIONS, training_problem
+from . import APPLICATIONS, training_job
 from .runner import PLACEMENTS, StepTimes, data_parallel_difference, set_up_placement, task_index, train
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.problems",
+        prog="python -m benchmarks.jobs",
         description="Train applications' small scale-out jobs under one placement, one after the other in this "
                     "process; print one JSON line per job and save its final weights.")
     parser.add_argument("applications", nargs="+", choices=list(APPLICATIONS), metavar="APP",
@@ -28,7 +28,7 @@ def main(argv=None):
                              "jax-data-parallel (KERAS_BACKEND=jax; all JAX devices)")
     parser.add_argument("--out", default=None,
                         help="a folder: write each job's final weights to OUT/<name>.npz (worker 0 only)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: each problem's)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: each job's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jit-compile", action="store_true",
                         help="compile the train step with XLA (default: Keras' auto, XLA under JAX)")
@@ -41,20 +41,20 @@ def main(argv=None):
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     for application in args.applications:
-        problem = training_problem(application, seed=args.seed)
+        job = training_job(application, seed=args.seed)
         if args.compare_devices:
-            difference, devices = data_parallel_difference(problem, args.steps)
-            print(json.dumps({"problem": problem.name, "max_difference": difference, "devices": devices}), flush=True)
+            difference, devices = data_parallel_difference(job, args.steps)
+            print(json.dumps({"job": job.name, "max_difference": difference, "devices": devices}), flush=True)
             continue
         timer = StepTimes()
-        weights, losses = train(problem, strategy, steps=args.steps, jit_compile=args.jit_compile or "auto",
+        weights, losses = train(job, strategy, steps=args.steps, jit_compile=args.jit_compile or "auto",
                                 callbacks=[timer])
         if args.out and task_index() == 0:
-            np.savez(os.path.join(args.out, f"{problem.name}.npz"), *weights)
+            np.savez(os.path.join(args.out, f"{job.name}.npz"), *weights)
         replicas = (strategy.num_replicas_in_sync if strategy is not None
                     else len(keras.distribution.list_devices()) if args.placement == "jax-data-parallel" else 1)
-        print(json.dumps({"problem": problem.name, "placement": args.placement, "replicas": replicas,
-                          "steps": args.steps or problem.steps, "loss": losses[-1],
+        print(json.dumps({"job": job.name, "placement": args.placement, "replicas": replicas,
+                          "steps": args.steps or job.steps, "loss": losses[-1],
                           "steps_per_second": timer.steps_per_second() if len(timer.times) >= 4 else None}),
               flush=True)
     return 0

@@ -1,14 +1,14 @@
-"""What every application's small job shares: :class:`TrainingProblem` (the job: a model, its data, a tolerance)
+"""What every application's small job shares: :class:`TrainingJob` (the job: a model, its data, a tolerance)
 and the ways to run it -- :func:`train` under a strategy, :func:`xla_train_step`, :func:`python_ops` of its input
 pipeline, :func:`data_parallel_difference` under JAX -- and :func:`set_up_placement` for the command line
-(``python -m benchmarks.problems``).
+(``python -m benchmarks.jobs``).
 
-    problem = gpt.training_problem()
-    weights, losses = train(problem, strategy)                  # the same global batches under any strategy
-    hlo = xla_train_step(problem)                               # raises unless the whole train step compiles
-    assert not python_ops(problem.dataset(problem.global_batch))  # no py_function in the input pipeline
+    job = gpt.training_job()
+    weights, losses = train(job, strategy)                  # the same global batches under any strategy
+    hlo = xla_train_step(job)                               # raises unless the whole train step compiles
+    assert not python_ops(job.dataset(job.global_batch))  # no py_function in the input pipeline
 
-A problem's data is static: every batch has the same shapes (padded to fixed lengths, ``drop_remainder``), no
+A job's data is static: every batch has the same shapes (padded to fixed lengths, ``drop_remainder``), no
 shuffling, so that N replicas see exactly the global batches one device sees.
 """
 
@@ -27,7 +27,7 @@ PLACEMENTS = ("none", "mirrored", "multi-worker", "jax-data-parallel")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingProblem:
+class TrainingJob:
     """One application's small training job.
 
     Attributes:
@@ -55,13 +55,13 @@ class TrainingProblem:
     seed: int = 0
 
 
-def build(problem, strategy=None, *, jit_compile="auto"):
-    """The problem's compiled model, seeded, its variables created under ``strategy`` (TensorFlow) if given."""
-    keras.utils.set_random_seed(problem.seed)
+def build(job, strategy=None, *, jit_compile="auto"):
+    """The job's compiled model, seeded, its variables created under ``strategy`` (TensorFlow) if given."""
+    keras.utils.set_random_seed(job.seed)
     if strategy is None:
-        return problem.build(jit_compile=jit_compile)
+        return job.build(jit_compile=jit_compile)
     with strategy.scope():
-        return problem.build(jit_compile=jit_compile)
+        return job.build(jit_compile=jit_compile)
 
 
 class StepTimes(keras.callbacks.Callback):
@@ -81,34 +81,34 @@ class StepTimes(keras.callbacks.Callback):
         return (len(self.times) - 1 - skip) / (self.times[-1] - self.times[skip])
 
 
-def train(problem, strategy=None, *, steps=None, jit_compile="auto", verbose=0, callbacks=()):
-    """Trains the problem's model for ``steps`` (default ``problem.steps``) global batches with ``Model.fit``
-    (the problem's batches in order, repeated if ``steps`` is more than it has).
+def train(job, strategy=None, *, steps=None, jit_compile="auto", verbose=0, callbacks=()):
+    """Trains the job's model for ``steps`` (default ``job.steps``) global batches with ``Model.fit``
+    (the job's batches in order, repeated if ``steps`` is more than it has).
 
     Returns:
         ``(weights, losses)``: the model's weights as NumPy arrays, and the loss ``fit`` logged per epoch (here
         one epoch).
     """
-    steps = problem.steps if steps is None else steps
-    model = build(problem, strategy, jit_compile=jit_compile)
-    data = problem.dataset(problem.global_batch).repeat().take(steps)
+    steps = job.steps if steps is None else steps
+    model = build(job, strategy, jit_compile=jit_compile)
+    data = job.dataset(job.global_batch).repeat().take(steps)
     history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=verbose, callbacks=list(callbacks))
     return [np.asarray(w) for w in model.get_weights()], history.history["loss"]
 
 
-def first_batch(problem):
-    """The first global batch of the problem's data (TensorFlow tensors)."""
-    return next(iter(problem.dataset(problem.global_batch)))
+def first_batch(job):
+    """The first global batch of the job's data (TensorFlow tensors)."""
+    return next(iter(job.dataset(job.global_batch)))
 
 
-def xla_train_step(problem):
-    """Compiles the problem's whole train step (forward, loss, gradients, optimizer update) with XLA and returns
+def xla_train_step(job):
+    """Compiles the job's whole train step (forward, loss, gradients, optimizer update) with XLA and returns
     its HLO text. Raises if any op cannot be compiled (a ``py_function``, a data-dependent shape, an op XLA
     lacks): ``tf.function(jit_compile=True)`` has no fallback. TensorFlow backend."""
     import tensorflow as tf
 
-    model = build(problem, jit_compile=True)
-    batch = first_batch(problem)
+    model = build(job, jit_compile=True)
+    batch = first_batch(job)
     model.fit(tf.data.Dataset.from_tensors(batch), epochs=1, verbose=0)  # builds the optimizer's variables
     step = tf.function(model.train_step, jit_compile=True)
     return step.experimental_get_compiler_ir(batch)(stage="hlo")
@@ -143,8 +143,8 @@ def max_difference(weights, reference):
     return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(weights, reference, strict=True))
 
 
-def data_parallel_difference(problem, steps=None):
-    """JAX backend: trains the problem with ``keras.distribution.DataParallel`` over one device and over every
+def data_parallel_difference(job, steps=None):
+    """JAX backend: trains the job with ``keras.distribution.DataParallel`` over one device and over every
     device (the batch split between them), and returns the largest weight difference. Start the process with
     ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` for 2 CPU devices."""
     devices = keras.distribution.list_devices()
@@ -152,7 +152,7 @@ def data_parallel_difference(problem, steps=None):
     for used in (devices[:1], devices):
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=used))
         try:
-            results.append(train(problem, steps=steps)[0])
+            results.append(train(job, steps=steps)[0])
         finally:
             keras.distribution.set_distribution(None)
     return max_difference(results[1], results[0]), len(devices)

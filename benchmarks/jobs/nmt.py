@@ -1,9 +1,9 @@
-"""The translation application's small scale-out job (:mod:`benchmarks.problems`): the Transformer translator at a tiny
+"""The translation application's small scale-out job (:mod:`benchmarks.jobs`): the Transformer translator at a tiny
 size (the "tiny" recipe, 1 + 1 layers, d_model 32, no dropout), its masked, label-smoothed cross-entropy and
 SGD with momentum, on synthetic pairs tokenized by the application's own word-level tokenizers and batched by its own
 ``make_dataset``, padded to fixed lengths.
 
-    python -m benchmarks.problems nmt --placement mirrored
+    python -m benchmarks.jobs nmt --placement mirrored
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from attnlayers.applications.nmt.model import MaskedAccuracy, MaskedCrossEntropy
 from attnlayers.applications.nmt.recipes import get_variant
 from attnlayers.applications.nmt.tokenizer import build_tokenizers
 
-from .runner import TrainingProblem
+from .runner import TrainingJob
 
 GLOBAL_BATCH = 8
 STEPS = 3
@@ -62,15 +62,15 @@ def _dataset(pairs, tokenizers, global_batch):
                         max_target_length=MAX_LENGTH, shuffle=False, pad_to_max_length=True, drop_remainder=True)
 
 
-def training_problem(seed=0):
-    """3 steps of the tiny Transformer translator on batches of 8 synthetic pairs (:class:`TrainingProblem`).
+def training_job(seed=0):
+    """3 steps of the tiny Transformer translator on batches of 8 synthetic pairs (:class:`TrainingJob`).
 
     Tolerance 1e-5: the replicas sum the same per-example gradients in another order (float32 round-off,
     ~1e-7 relative), which 3 SGD steps carry into the weights (measured: 1.2e-7 at most).
     """
     pairs = _pairs(GLOBAL_BATCH * STEPS, seed)
     tokenizers = build_tokenizers(pairs, source_vocabulary_size=128, target_vocabulary_size=128, model_type="word")
-    return TrainingProblem(
+    return TrainingJob(
         name="nmt",
         build=functools.partial(_build, tokenizers),
         dataset=functools.partial(_dataset, pairs, tokenizers),
