@@ -20,6 +20,7 @@ AdamW), ``tables`` (the benchmarks' Markdown tables), ``baselines`` (the non-neu
 """
 
 from ..core import corpora
+from ..core.lazy import lazy_attributes
 from . import squad
 from .backbone import FEATURES, BertBackbone
 from .checkpoint import copy_keras_hub_weights, from_keras_hub, load_hf_checkpoint, save_hf_checkpoint
@@ -54,10 +55,4 @@ __all__ = [
     "save_hf_checkpoint", "span_context_mask", "squad", "train_vocabulary", "word_predictions",
 ]
 
-
-def __getattr__(name):
-    import importlib
-
-    if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -18,6 +18,7 @@ GPTConfig.preset("small" | "medium" | "large" | "xl") gives GPT-2's sizes (GPT_P
 config.parameter_count() their closed-form parameter count.
 """
 
+from ..core.lazy import lazy_attributes
 from .checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from .keras_hub_weights import copy_keras_hub_weights, from_keras_hub
 from .llama_checkpoint import load_hf_llama_checkpoint, save_hf_llama_checkpoint
@@ -28,22 +29,12 @@ from .model import GPT, GPT_PRESETS, GPTConfig, gelu_approximate
 _TOKENIZER_NAMES = ("END_OF_TEXT", "GPT2Tokenizer", "pretokenize", "train_byte_level_bpe")
 # Text generation (`generation`: generate_text with stop strings) and its SavedModel (`export`: export_gpt, strings
 # in, text out, sampling settings as inputs, served by TensorFlow alone): TensorFlow too, imported on first use.
-_LAZY = {"generate_text": "generation", "export_gpt": "export"}
+_LAZY = {"generate_text": "generation", "export_gpt": "export", **dict.fromkeys(_TOKENIZER_NAMES, "tokenizer")}
 
 __all__ = [
     "GPT", "GPT_PRESETS", "GPTConfig", "copy_keras_hub_weights", "from_keras_hub", "gelu_approximate",
     "load_hf_checkpoint", "save_hf_checkpoint", "load_hf_llama_checkpoint", "save_hf_llama_checkpoint",
-    *_TOKENIZER_NAMES, *_LAZY,
+    *_LAZY,
 ]
 
-
-def __getattr__(name):
-    if name in _TOKENIZER_NAMES:
-        from . import tokenizer
-
-        return getattr(tokenizer, name)
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
