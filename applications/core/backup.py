@@ -5,18 +5,8 @@ interrupted epoch where it stopped: the drop-in :class:`BackupAndRestore` that
     callback = BackupAndRestore("artifacts/run/backup", save_freq=50)   # every 50 batches (or "epoch")
     model.fit(train, epochs=10, callbacks=[callback])                  # killed? run the same fit again
 
-What Keras' own (3.x) callback does differently:
-
-- It overwrites ``latest.weights.h5`` and then ``training_metadata.json`` in place: a kill during the first write
-  leaves a truncated weights file, a kill between the two leaves new weights beside the old epoch.
-- A mid-epoch backup records the batch, but the resume ignores it: the interrupted epoch runs again from its first
-  batch with weights that already learned from part of it, so those batches are trained on twice. And a resumed
-  run's own mid-epoch backups record epoch 0 until its first epoch ends.
-- Under ``MultiWorkerMirroredStrategy`` every worker writes the same files (at once, when they share ``backup_dir``),
-  and each restores its own: a kill between two workers' writes restores them at different steps, after which
-  their weights differ and their step counts (and so their collectives) no longer match.
-
-Here:
+How it differs from Keras' own (atomic writes, batches trained exactly once, one backup for a cluster) and why:
+docs/training-at-scale.md, "A worker dies". The behaviour:
 
 - Layout of ``backup_dir``: ``weights-{n}.weights.h5`` (``n`` counts the backups) and ``backup.json``, the pointer
   ``{"epoch": e, "step": s, "iterations": i, "weights": "weights-{n}.weights.h5", "seeds": [...], "seconds": t,
@@ -24,8 +14,8 @@ Here:
   ``seeds`` holds the states of the layers' seed generators (dropout's), which ``save_weights`` leaves out; ``t`` is
   the seconds of training behind the backup, over every ``fit`` that led to it (what a resumed run's time budget
   has already spent: :class:`~.callbacks.TimeBudget`); ``history`` the logs of the epochs that ended before it
-  (metric -> one value per epoch) and ``k`` how many runs of ``fit`` took part. A backup writes a new weights file, fsyncs it, then replaces the
-  pointer atomically (a temporary file, fsync, ``os.replace``, fsync of the folder), and only then deletes the weights
+  (metric -> one value per epoch) and ``k`` how many runs of ``fit`` took part. A backup writes a new weights file,
+  fsyncs it, then replaces the pointer atomically (a temporary file, fsync, ``os.replace``, fsync of the folder), and only then deletes the weights
   the old pointer named. A kill at any instant leaves the old pointer with its weights or the new pointer with its
   weights; the weights and the step they belong to are one record. Leftovers of a killed write (weights no pointer
   names, temporary pointers) are deleted when training starts. On an object store (``gs://``...) the pointer is

@@ -53,9 +53,8 @@ class TrainingSettings:
     Attributes:
         config: the :data:`~attnlayers.applications.gpt.GPT_PRESETS` size ("tiny": 2 layers, d 128, 2 heads, d_ff
             512), with the tokenizer's vocabulary and ``sequence_length`` positions.
-        vocabulary_size: the most BPE tokens (256 bytes + <|endoftext|> + merges). Small because the tied output
-            layer (d x V per token) is most of tiny's compute: at V = 4096 a step of 16 x 128 tokens takes about
-            half the time it takes at 8192.
+        vocabulary_size: the most BPE tokens (256 bytes + <|endoftext|> + merges); small, because the tied output
+            layer is most of tiny's compute (benchmarks/README.md, GPT).
         sequence_length: L, tokens per window (the model's position table).
         batch_size: windows per step.
         learning_rate: AdamW's peak. warmup_fraction: the share of the run spent warming up.

@@ -16,16 +16,8 @@ that string it becomes the one id ``end_token_id``, never split, as in Hugging F
 What is keras-hub's and what is ours. The merges run on `keras_hub.tokenizers.BytePairTokenizer`'s TensorFlow
 machinery (its byte<->symbol tables, merge-rank table, the cache of merged words and its token<->id tables), and
 detokenizing is its ``detokenize``. The pre-tokenization is ours, because keras-hub 0.32's (`split_strings_for_bpe`)
-does not round-trip every text and does not always split as GPT-2 does (measured against Hugging Face on GPT-2's own
-files):
-
-- it marks split points with the character "६" (U+096C, DEVANAGARI DIGIT SIX) and then deletes every pre-token
-  equal to "६", so the text's own "६" vanish: "a६b" -> "ab";
-- it stands in for special tokens with the strings "ĴA", "ĴB", ..., then turns every "ĴA" of the result back into
-  the first special token, so text holding "ĴA" comes back as "<|endoftext|>";
-- ``tensorflow_text.regex_split`` reads its input up to the first NUL byte, so "\\x00abc" tokenizes to nothing;
-- RE2 has no look-ahead, and keras-hub's emulation of GPT-2's ``\\s+(?!\\S)`` keeps "\\n\\n" before a word as one
-  pre-token where GPT-2 splits it in two ("a\\n\\nb": [64, 628, 65] instead of [64, 198, 198, 65]).
+does not round-trip every text and does not always split as GPT-2 does (the cases, measured against Hugging Face
+on GPT-2's own files: benchmarks/README.md, GPT, "Tokenizer").
 
 Ours (`pretokenize`) computes the same split as GPT-2's regex
 ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`` without look-ahead and without
@@ -39,9 +31,6 @@ added-token rule). The merge step calls one private method of keras-hub's tokeni
 ``_bpe_merge_and_update_cache_tf`` (keras-hub 0.32, pinned in pyproject.toml): the constructor raises an ImportError
 naming the version if it is gone, and the tests compare the ids with Hugging Face's. It is given each new word once
 (keras-hub passes every occurrence, and its merge loop costs words x longest word per merge step).
-
-`benchmarks/gpt_tokenizer_equivalence.py` compares the ids with transformers' ``GPT2TokenizerFast`` on GPT-2's own
-files, with keras-hub's tokenizer alone beside it (the numbers are in benchmarks/README.md).
 
 Differences from Hugging Face that remain: the Unicode tables of RE2 (TensorFlow's) and of Oniguruma (Hugging Face's)
 may class a character added in a recent Unicode version differently (letter vs. other): the split, not the round

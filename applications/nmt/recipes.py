@@ -11,9 +11,9 @@ measured recipe on German-English (benchmarks/README.md has the table):
   a learning rate that warms up over the first tenth of the run's budget to 1.6e-3 and decays linearly to 0
   when the budget ends, :class:`~attnlayers.applications.core.BudgetedLearningRate`; the epoch of lowest
   validation loss). "lowres" is the earlier default (dropout 0.3, warm-up over 400 steps then inverse square
-  root decay, the mean of the 3 epochs of best validation accuracy), as good with twice the steps and worse
-  with fewer; "small" is lowres with dropout 0.1 and the best epoch; "base" is the paper's post-LN layout
-  (3 + 3 layers, d_ff 1024), the weakest in a short budget.
+  root decay, the mean of the 3 epochs of best validation accuracy); "small" is lowres with dropout 0.1 and the
+  best epoch; "base" is the paper's post-LN layout (3 + 3 layers, d_ff 1024). How each compares:
+  benchmarks/README.md, "NMT quality".
 
 "tiny" recipes are for smoke tests and the synthetic task.
 
