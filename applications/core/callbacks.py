@@ -27,11 +27,30 @@ def _seconds_before(backup):
     return float((restored or {}).get("seconds") or 0.0)
 
 
-def _agreed(value, model):
-    """``value`` (a number) as the chief worker has it, on every worker of a multi-worker run (one all-reduce), so
-    that all workers take the same decision on the same step; ``value`` itself elsewhere."""
-    strategy = getattr(model, "distribute_strategy", None)
-    return float(from_chief([value], strategy)[0]) if is_multi_worker(strategy) else value
+#: Under a multi-worker strategy the chief's clock is shared every SYNC_STEPS steps: one all-reduce of a scalar
+#: (5 ms between two local workers, against 90 ms for a step of the tiny GPT), so a time budget may run up to that
+#: many steps past its end, and a budgeted learning rate holds between two shares.
+SYNC_STEPS = 10
+
+
+class _Agreed:
+    """A number all the workers of a multi-worker run agree on: the chief's, shared on every SYNC_STEPS-th call (every
+    worker calls on the same steps) and held in between; elsewhere the number itself."""
+
+    def __init__(self):
+        self.value, self.calls = None, 0
+
+    def reset(self):
+        self.value, self.calls = None, 0
+
+    def __call__(self, value, model):
+        strategy = getattr(model, "distribute_strategy", None)
+        if not is_multi_worker(strategy):
+            return value
+        if self.calls % SYNC_STEPS == 0:
+            self.value = float(from_chief([value], strategy)[0])
+        self.calls += 1
+        return self.value
 
 
 class StepCounter(keras.callbacks.Callback):
@@ -82,8 +101,9 @@ class TimeBudget(StepCounter):
     Only training counts: validation at the end of an epoch still runs, and nothing after ``fit`` (evaluation,
     export) is bounded. A run resumed by a :class:`~.backup.BackupAndRestore` it follows (:meth:`follow_backup`;
     :func:`standard_callbacks` links them) gets what the interrupted run had left: the backup's seconds count as
-    spent. Under a multi-worker strategy the chief's clock decides (one all-reduce per step), so every worker stops
-    after the same step; workers that stopped on different steps would wait on each other's collectives.
+    spent. Under a multi-worker strategy the chief's clock decides, shared every :data:`SYNC_STEPS` steps, so every
+    worker stops after the same step; workers that stopped on different steps would wait on each other's
+    collectives.
 
     Args:
         seconds: the budget, > 0.
@@ -98,7 +118,7 @@ class TimeBudget(StepCounter):
         super().__init__()
         self.seconds = positive_number(seconds, "seconds")
         self.stopped, self.stopped_epoch, self.stopped_step = False, None, None
-        self._epoch, self.backup = 0, None
+        self._epoch, self.backup, self._agreed = 0, None, _Agreed()
 
     def follow_backup(self, backup):
         """Counts the seconds of training behind what ``backup`` (a :class:`~.backup.BackupAndRestore`) restores as
@@ -110,6 +130,10 @@ class TimeBudget(StepCounter):
         """Seconds of the budget spent before this ``fit`` (by the runs that led to the restored backup)."""
         return _seconds_before(self.backup)
 
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._agreed.reset()
+
     def on_epoch_begin(self, epoch, logs=None):
         super().on_epoch_begin(epoch, logs)
         self._epoch = epoch
@@ -118,7 +142,7 @@ class TimeBudget(StepCounter):
         super().on_train_batch_end(batch, logs)
         if self.stopped:
             return
-        if _agreed(self.seconds_before + self.elapsed, self.model) >= self.seconds:
+        if self._agreed(self.seconds_before + self.elapsed, self.model) >= self.seconds:
             self.stopped, self.stopped_epoch, self.stopped_step = True, self._epoch, self.epoch_steps[-1]
             self.model.stop_training = True
 
@@ -150,8 +174,9 @@ class BudgetedLearningRate(keras.callbacks.Callback):
     assignment (``model.jax_state_sync()``), as keras asks of callbacks that change variables mid-epoch. A run
     resumed by a ``BackupAndRestore`` keeps its step progress (the optimizer's step count comes back) and, when the
     callback follows the backup (:meth:`follow_backup`; ``run_recipe`` links them), its time progress: the backup's
-    seconds count as spent. Under a multi-worker strategy every worker sets the chief's progress (one all-reduce per
-    step): a learning rate of each worker's own clock would differ between workers, and so would their weights.
+    seconds count as spent. Under a multi-worker strategy every worker sets the chief's progress (shared every
+    ``SYNC_STEPS`` steps): a learning rate of each worker's own clock would differ between workers, and so would
+    their weights.
 
     Args:
         peak: the largest learning rate, > 0.
@@ -172,6 +197,7 @@ class BudgetedLearningRate(keras.callbacks.Callback):
         self.seconds = None if seconds is None else positive_number(seconds, "seconds")
         self.steps = None if steps is None else positive_int(steps, "steps")
         self.last, self._start, self._total_steps, self.backup = None, None, None, None
+        self._agreed = _Agreed()
 
     def follow_backup(self, backup):
         """Counts the seconds of training behind what ``backup`` (a ``BackupAndRestore``) restores as spent."""
@@ -183,6 +209,7 @@ class BudgetedLearningRate(keras.callbacks.Callback):
         return self.peak * min(1.0, max(0.0, min(progress / w, (1.0 - progress) / (1.0 - w))))
 
     def on_train_begin(self, logs=None):
+        self._agreed.reset()
         optimizer = getattr(self.model.optimizer, "inner_optimizer", self.model.optimizer)  # mixed_float16's wrapper
         schedule = optimizer.get_config()["learning_rate"]  # a dict when it is a schedule
         if isinstance(schedule, dict):
@@ -211,7 +238,7 @@ class BudgetedLearningRate(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if keras.backend.backend() == "jax":
             self.model.jax_state_sync()  # the loop then reads the variables again, this assignment included
-        self.last = self.learning_rate(_agreed(self.progress(), self.model))
+        self.last = self.learning_rate(self._agreed(self.progress(), self.model))
         self.model.optimizer.learning_rate = self.last
 
 
