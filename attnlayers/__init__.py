@@ -20,6 +20,7 @@ from attnlayers import (  # noqa: E402
     normalization,
     positional,
     scoring,
+    stop_strings,
     validation,
     visualize,
 )

@@ -501,9 +501,10 @@ def _check_stop_token_ids(stop_token_ids):
     return tuple(int(s) for s in stop_token_ids)
 
 
-def _check_stop_sequences(stop_sequences):
-    """``stop_sequences`` as a right-aligned (S, M) int32 array, -1 before the shorter ones (ids are >= 0, so
-    -1 never matches: it marks "no token here"), or None."""
+def check_stop_sequences(stop_sequences):
+    """``stop_sequences`` (None, or a list of non-empty lists of token ids) as a right-aligned (S, M) int32
+    array, -1 before the shorter ones (ids are >= 0, so -1 never matches: it marks "no token here"), or None;
+    else a ValueError naming the argument. Also :mod:`attnlayers.stop_strings`'s."""
     if stop_sequences is None:
         return None
     error = ValueError(
@@ -534,7 +535,7 @@ def _ends_with_stop_sequence(tokens, given, index, sequences):
     Args:
         tokens: int32 (..., L) with position ``index`` written. given: bool broadcastable to ``tokens``, True at
             prompt positions (a stop sequence must lie in the generated tokens). index: scalar int32 tensor.
-        sequences: (S, M) int32 from :func:`_check_stop_sequences` (right-aligned, -1 before shorter ones).
+        sequences: (S, M) int32 from :func:`check_stop_sequences` (right-aligned, -1 before shorter ones).
 
     Returns:
         bool (...,).
@@ -619,7 +620,7 @@ def generate(
     """
     strategy = get_strategy(strategy)
     stop_token_ids = _check_stop_token_ids(stop_token_ids)
-    stop_sequences = _check_stop_sequences(stop_sequences)
+    stop_sequences = check_stop_sequences(stop_sequences)
     max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
     check_seed(seed)
     if max_new_tokens is not None:

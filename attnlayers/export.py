@@ -8,15 +8,151 @@ resources) and a ``tf.function`` with a fixed input signature wraps the decoding
 loads with ``tf.saved_model.load`` in a process that imports neither attnlayers nor keras (with a
 tensorflow-text tokenizer attached, ``import tensorflow_text`` registers its ops).
 
+What the signature takes and returns is one :class:`GenerateExportOptions`; the ``generate`` function is composed
+from it: the inputs are fitted (:func:`fit_inputs`: text -> token ids, padding / truncation to ``input_length``),
+the sampling settings checked, the loop run, and the outputs assembled (ids -> text, cut at stop strings).
+
 TensorFlow only (SavedModel is TensorFlow's format): this module imports tensorflow and needs the TensorFlow
 backend when exporting.
 """
 
+import dataclasses
+import inspect
+
 import keras
 import tensorflow as tf
 
-from attnlayers.decoding import GreedySearch, Sampling, _check_stop_sequences, generate, get_strategy
-from attnlayers.validation import one_of, positive_int, string_list
+from attnlayers.decoding import GreedySearch, Sampling, check_stop_sequences, generate, get_strategy
+from attnlayers.stop_strings import check_stop_strings, cut_tensor_at_stop_strings, stop_sequences_for
+from attnlayers.validation import one_of, positive_int
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateExportOptions:
+    """What an exported ``generate`` signature takes, how it decodes and what it returns; checked once, here.
+
+    Built by :func:`export_generate` (and ``applications.core.export.export_generator``) from their keyword
+    arguments, or built once and passed down as ``options=``.
+
+    Args:
+        max_length: L, the output length (prompt included), a Python int (None: not known yet, e.g. the model's
+            default, filled in before export).
+        strategy: as in :func:`~attnlayers.decoding.generate` (a name, :class:`~attnlayers.decoding.GreedySearch`,
+            :class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`). A sampling strategy
+            adds an int32 scalar ``seed`` input: the same seed gives the same output (as in-process
+            :func:`~attnlayers.decoding.generate` with that seed); no random state is saved.
+        stop_token_ids, pad_token_id: as in :func:`~attnlayers.decoding.generate`.
+        tokenizer: None, or an object whose ``tokenize(strings)`` returns (ragged) int token ids and
+            ``detokenize(ids)`` strings, built from TensorFlow / tensorflow-text ops (e.g. a keras-hub
+            ``WordPieceTokenizer``, or a ``tensorflow_text`` tokenizer). The signature then takes strings.
+        input_length: None or an int: the inputs are padded (and truncated) to this length, so that the
+            compiled loop sees one input shape per batch size. Default: ``max_length`` with a tokenizer (the
+            text's length varies), the given width of ``token_ids`` without.
+        source_spec: None, or a ``tf.TensorSpec`` of an input other than token ids (e.g. images
+            ``tf.TensorSpec((None, 64, 64, 3), tf.uint8, name="images")``): the signature then takes that one
+            tensor (named after the spec) and ``prepare(source)`` turns it into the decoding's inputs.
+        jit_compile: compile the decoding loop with XLA.
+        settings: False, or True: sampling whose settings are signature inputs (one compiled loop for every
+            setting): ``temperature`` float32 () (0: greedy search), ``top_k`` int32 () (0: off), ``top_p``
+            float32 () (1.0: off), ``seed`` int32 () and ``max_new_tokens`` int32 () (a row stops after that
+            many generated tokens; the loop keeps its static ``max_length``, so a value >= L means no limit).
+            Invalid values fail a ``tf.debugging`` assertion naming the input. ``strategy`` must then be left
+            "greedy" or be a :class:`~attnlayers.decoding.Sampling` (its settings are replaced by the inputs).
+        stop_sequences: None or lists of token ids, fixed at export: a row stops when its generated tokens end
+            with one of them (:func:`~attnlayers.decoding.generate`'s ``stop_sequences``).
+        stop_strings: None or strings, fixed at export (needs a ``tokenizer``): each is tokenized into a stop
+            sequence, and the ``text`` output is cut before the first occurrence of any of them (see
+            :mod:`attnlayers.stop_strings`).
+        truncation: "right" (inputs longer than ``input_length`` lose their last tokens) or "left" (they keep
+            their last ``input_length`` tokens, what a language model continues; the outputs then include
+            ``truncated`` bool (B,), True where a prompt lost tokens). Inputs are right-padded prompts.
+        require_tokens: assert that every prompt holds a token (an empty text or an all-False ``padding_mask``
+            row fails a ``tf.debugging`` assertion naming the input), for models that continue the prompt.
+
+    Raises:
+        ValueError: naming the argument, for a value out of its range or options that do not go together.
+    """
+
+    max_length: int | None = None
+    strategy: object = "greedy"
+    stop_token_ids: object = None
+    pad_token_id: int = 0
+    tokenizer: object = None
+    input_length: int | None = None
+    source_spec: object = None
+    jit_compile: bool = True
+    settings: bool = False
+    stop_sequences: object = None
+    stop_strings: object = None
+    truncation: str = "right"
+    require_tokens: bool = False
+
+    def __post_init__(self):
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        put("max_length", positive_int(self.max_length, "max_length", allow_none=True,
+                                       what="the output length, prompt included"))
+        put("input_length", positive_int(self.input_length, "input_length", allow_none=True))
+        if self.source_spec is not None and (self.tokenizer is not None
+                                             or not isinstance(self.source_spec, tf.TensorSpec)):
+            raise ValueError(
+                "`source_spec` must be a tf.TensorSpec, and cannot be combined with a `tokenizer`; received "
+                f"source_spec={self.source_spec!r}, tokenizer={self.tokenizer!r}."
+            )
+        if self.tokenizer is not None and not (hasattr(self.tokenizer, "tokenize")
+                                               and hasattr(self.tokenizer, "detokenize")):
+            raise ValueError(
+                "`tokenizer` must have `tokenize(strings)` and `detokenize(token_ids)` methods built from "
+                f"TensorFlow ops; received {self.tokenizer!r}."
+            )
+        put("truncation", one_of(self.truncation, "truncation", ("right", "left")))
+        put("strategy", get_strategy(self.strategy))
+        if self.settings and not isinstance(self.strategy, (Sampling, GreedySearch)):
+            raise ValueError(
+                "`settings=True` samples with the signature's temperature / top_k / top_p (temperature 0: "
+                f"greedy): `strategy` must be 'greedy' or a Sampling; received strategy={self.strategy!r}."
+            )
+        put("stop_strings", tuple(check_stop_strings(self.stop_strings)))
+        if self.stop_strings and self.tokenizer is None:
+            raise ValueError("`stop_strings` needs a `tokenizer` (they are tokenized, and the text output is cut).")
+        check_stop_sequences(list(self.stop_sequences or []) or None)
+        put("stop_sequences", tuple(tuple(int(t) for t in s) for s in self.stop_sequences or ()))
+        stops = self.stop_token_ids
+        put("stop_token_ids", () if stops is None else tuple([stops] if isinstance(stops, int) else stops))
+        if self.truncation == "left" and ((self.input_length is None and self.tokenizer is None)
+                                          or self.source_spec is not None):
+            raise ValueError(
+                '`truncation="left"` keeps the last `input_length` tokens of each prompt: it needs token ids or '
+                f"text inputs and an `input_length`; received input_length={self.input_length!r}, "
+                f"source_spec={self.source_spec!r}."
+            )
+
+    @classmethod
+    def of(cls, options=None, /, max_length=None, strategy=None, **fields):
+        """``options`` (or the defaults) with the given fields replaced (``max_length`` and ``strategy``: when
+        not None); the keyword arguments of the export functions go through here."""
+        if max_length is not None:
+            fields["max_length"] = max_length
+        if strategy is not None:
+            fields["strategy"] = strategy
+        if options is None:
+            return cls(**fields)
+        if not isinstance(options, cls):
+            raise ValueError(f"`options` must be a {cls.__name__} or None; received options={options!r}.")
+        return dataclasses.replace(options, **fields) if fields else options
+
+    @property
+    def stochastic(self):
+        """Whether the loop draws random numbers (and the signature takes a ``seed``)."""
+        return bool(self.settings) or self.strategy.stochastic
+
+    @property
+    def fitted_length(self):
+        """The width the inputs are padded / truncated to (None: as given)."""
+        if self.input_length is None and self.tokenizer is not None:
+            return self.max_length
+        return self.input_length
 
 
 def _variables(track):
@@ -60,6 +196,152 @@ def _default_prepare(token_ids, padding_mask):
     return {"prompt": token_ids, "prompt_mask": padding_mask}
 
 
+# ---- the signature: its parameters, in order ------------------------------------------------------------------
+
+_IDS = [("token_ids", tf.TensorSpec((None, None), tf.int32, name="token_ids")),
+        ("padding_mask", tf.TensorSpec((None, None), tf.bool, name="padding_mask"))]
+_TEXT = [("text", tf.TensorSpec((None,), tf.string, name="text"))]
+_SEED = [("seed", tf.TensorSpec((), tf.int32, name="seed"))]
+_SETTINGS = [("temperature", tf.TensorSpec((), tf.float32, name="temperature")),
+             ("top_k", tf.TensorSpec((), tf.int32, name="top_k")),
+             ("top_p", tf.TensorSpec((), tf.float32, name="top_p")),
+             ("seed", tf.TensorSpec((), tf.int32, name="seed")),
+             ("max_new_tokens", tf.TensorSpec((), tf.int32, name="max_new_tokens"))]
+
+
+def signature_of(options):
+    """The ``generate`` function's parameters, ``[(name, tf.TensorSpec)]`` in order: the source (token ids and
+    padding mask, text, or the ``source_spec`` tensor as ``source``), then the sampling settings or the seed."""
+    if options.source_spec is not None:
+        source = [("source", options.source_spec)]
+    else:
+        source = _IDS if options.tokenizer is None else _TEXT
+    return source + (_SETTINGS if options.settings else _SEED if options.stochastic else [])
+
+
+def _with_parameters(function, names):
+    """``function(*args)`` presented with named parameters, so that the ``tf.function`` (the module's and the
+    loaded SavedModel's) takes its inputs by keyword as well as in order."""
+    function.__signature__ = inspect.Signature(
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
+    return function
+
+
+# ---- input: strings -> ids, padding / truncation ---------------------------------------------------------------
+
+def _tokenize(text, tokenizer, pad_token_id):
+    """(B,) strings -> right-padded (B, P) int32 ids and their bool mask."""
+    ids = tokenizer.tokenize(assert_rank(text, 1, "text", "(batch,): one string per prompt"))
+    if not isinstance(ids, tf.RaggedTensor):
+        ids = tf.RaggedTensor.from_tensor(ids)
+    while ids.ragged_rank > 1:  # tokenizers that return (batch, words, pieces)
+        ids = ids.merge_dims(1, 2)
+    ids = tf.cast(ids, tf.int32)
+    token_ids = ids.to_tensor(default_value=pad_token_id)
+    return token_ids, tf.sequence_mask(ids.row_lengths(), tf.shape(token_ids)[1])
+
+
+def _left_fit(token_ids, padding_mask, input_length, pad_token_id):
+    """Right-padded prompts (B, P) -> (B, input_length): the last ``input_length`` tokens of each prompt."""
+    lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), axis=1)
+    extra = tf.maximum(input_length - tf.shape(token_ids)[1], 0)
+    token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
+    positions = tf.maximum(lengths - input_length, 0)[:, None] + tf.range(input_length)[None, :]
+    padding_mask = positions < lengths[:, None]
+    token_ids = tf.where(padding_mask, tf.gather(token_ids, positions, batch_dims=1), pad_token_id)
+    return token_ids, padding_mask
+
+
+def _right_fit(token_ids, padding_mask, input_length, pad_token_id):
+    """Right-padded prompts (B, P) -> (B, input_length): the first ``input_length`` tokens, padded."""
+    token_ids, padding_mask = token_ids[:, :input_length], padding_mask[:, :input_length]
+    extra = input_length - tf.shape(token_ids)[1]
+    token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
+    return token_ids, tf.pad(padding_mask, [[0, 0], [0, extra]], constant_values=False)
+
+
+def fit_inputs(inputs, options):
+    """The signature's source inputs (a dict by parameter name) -> the decoding's.
+
+    Returns:
+        ``(source, truncated)``: ``source`` the arguments of ``prepare`` (``(token_ids, padding_mask)`` at
+        ``options.fitted_length``, truncated as asked, or ``(the source_spec tensor,)``); ``truncated`` bool (B,),
+        True where a prompt lost tokens (None for a ``source_spec``).
+    """
+    if options.source_spec is not None:
+        return (inputs["source"],), None
+    if options.tokenizer is not None:
+        token_ids, padding_mask = _tokenize(inputs["text"], options.tokenizer, options.pad_token_id)
+        name = "text"
+    else:
+        token_ids, padding_mask = tf.cast(inputs["token_ids"], tf.int32), tf.cast(inputs["padding_mask"], tf.bool)
+        name = "padding_mask"
+    lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), axis=1)
+    if options.require_tokens:
+        check = tf.debugging.assert_positive(
+            lengths, message=f"`{name}`: every prompt needs at least one token; a row is empty")
+        with tf.control_dependencies([check]):
+            token_ids = tf.identity(token_ids)
+    width = options.fitted_length
+    if width is None:
+        return (token_ids, padding_mask), tf.zeros_like(lengths, tf.bool)
+    fit = _left_fit if options.truncation == "left" else _right_fit
+    token_ids, padding_mask = fit(token_ids, padding_mask, width, options.pad_token_id)
+    source = (tf.ensure_shape(token_ids, (None, width)), tf.ensure_shape(padding_mask, (None, width)))
+    return source, lengths > width
+
+
+def _checked_settings(inputs):
+    """(temperature, top_k, top_p, max_new_tokens) after assertions naming the input that is out of range."""
+    values = tuple(inputs[name] for name in ("temperature", "top_k", "top_p", "max_new_tokens"))
+    temperature, top_k, top_p, max_new_tokens = values
+    checks = [
+        tf.debugging.assert_all_finite(temperature, "`temperature` must be a finite number >= 0 (0: greedy)"),
+        tf.debugging.assert_greater_equal(temperature, 0.0,
+                                          message="`temperature` must be a finite number >= 0 (0: greedy)"),
+        tf.debugging.assert_greater_equal(top_k, 0, message="`top_k` must be an integer >= 0 (0: off)"),
+        tf.debugging.assert_greater(top_p, 0.0, message="`top_p` must be a probability in (0, 1] (1.0: off)"),
+        tf.debugging.assert_less_equal(top_p, 1.0, message="`top_p` must be a probability in (0, 1] (1.0: off)"),
+        tf.debugging.assert_greater_equal(max_new_tokens, 1, message="`max_new_tokens` must be an integer >= 1"),
+    ]
+    with tf.control_dependencies(checks):
+        return tuple(tf.identity(v) for v in values)
+
+
+# ---- decoding ---------------------------------------------------------------------------------------------------
+
+def _decoder(next, prepare, options, stop_sequences):
+    """The (XLA-compiled) loop: ``decode(source, seed, settings) -> (DecodeResult, prompt lengths (B,))``."""
+
+    @tf.function(jit_compile=options.jit_compile, autograph=False)
+    def decode(source, seed, settings):
+        inputs = prepare(*source)
+        if not isinstance(inputs, dict) or "prompt" not in inputs:
+            raise ValueError(
+                "`prepare(token_ids, padding_mask)` (or `prepare(source)`) must return a dict with 'prompt' (and "
+                f"optionally 'prompt_mask', 'cache'); received {inputs!r}."
+            )
+        prompt = tf.cast(inputs["prompt"], tf.int32)
+        prompt_mask = inputs.get("prompt_mask")
+        if prompt_mask is None:
+            prompt_mask = tf.ones_like(prompt, dtype=tf.bool)
+        strategy, max_new_tokens = options.strategy, None
+        if settings is not None:
+            temperature, top_k, top_p, max_new_tokens = settings
+            strategy = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+        result = generate(
+            next, prompt, options.max_length, strategy, cache=inputs.get("cache"), prompt_mask=prompt_mask,
+            stop_token_ids=options.stop_token_ids, pad_token_id=options.pad_token_id,
+            seed=seed if options.stochastic else None, max_new_tokens=max_new_tokens,
+            stop_sequences=stop_sequences or None,
+        )
+        return result, tf.reduce_sum(tf.cast(prompt_mask, tf.int32), axis=1)
+
+    return decode
+
+
+# ---- output: ids -> strings, cut at stop strings ------------------------------------------------------------------
+
 def _text_of(token_ids, prompt_lengths, lengths, stop_token_ids, tokenizer):
     """Detokenizes the generated part of each sequence: after the prompt, before the stop token / padding."""
     shape = tf.shape(token_ids)
@@ -75,60 +357,16 @@ def _text_of(token_ids, prompt_lengths, lengths, stop_token_ids, tokenizer):
     return tf.reshape(tf.convert_to_tensor(text), shape[:-1])
 
 
-def _literal(text):
-    """An RE2 pattern matching ``text`` literally: every character as ``\\x{code point}``."""
-    return "".join(f"\\x{{{ord(character):x}}}" for character in text)
-
-
-def cut_at_stop_strings(text, stop_strings):
-    """Strings cut before the first occurrence of any of ``stop_strings`` (TensorFlow ops, any shape).
-
-    One leftmost regular-expression match of the stop strings (written literally) followed by ``\\C*`` (any
-    bytes: the text may end inside a UTF-8 character), replaced by nothing.
-
-    Args:
-        text: a tf.string tensor. stop_strings: a list of non-empty Python strings.
-
-    Returns:
-        A tf.string tensor of the shape of ``text``.
-    """
-    if not stop_strings:
-        return text
-    pattern = "(?:" + "|".join(_literal(s) for s in stop_strings) + r")\C*"
-    return tf.strings.regex_replace(text, pattern, "", replace_global=False)
-
-
-def _check_stop_strings(stop_strings, tokenizer):
-    stop_strings = string_list(stop_strings, "stop_strings")
-    if stop_strings and tokenizer is None:
-        raise ValueError("`stop_strings` needs a `tokenizer` (they are tokenized, and the text output is cut).")
-    return stop_strings
-
-
-def _stop_sequences_of(stop_strings, tokenizer):
-    """Each stop string's token ids (eager), as :func:`attnlayers.decoding.generate`'s ``stop_sequences``."""
-    sequences = []
-    for text in stop_strings:
-        ids = tokenizer.tokenize(tf.constant([text]))
-        if isinstance(ids, tf.RaggedTensor):
-            while ids.ragged_rank > 1:
-                ids = ids.merge_dims(1, 2)
-            ids = ids[0]
-        else:
-            ids = tf.reshape(ids, (-1,))
-        sequences.append([int(i) for i in ids.numpy().ravel()])
-    return [s for s in sequences if s]
-
-
-def _left_fit(token_ids, padding_mask, input_length, pad_token_id):
-    """Right-padded prompts (B, P) -> (B, input_length): the last ``input_length`` tokens of each prompt."""
-    lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), axis=1)
-    extra = tf.maximum(input_length - tf.shape(token_ids)[1], 0)
-    token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
-    positions = tf.maximum(lengths - input_length, 0)[:, None] + tf.range(input_length)[None, :]
-    padding_mask = positions < lengths[:, None]
-    token_ids = tf.where(padding_mask, tf.gather(token_ids, positions, batch_dims=1), pad_token_id)
-    return token_ids, padding_mask
+def _outputs(result, prompt_lengths, truncated, options):
+    """The signature's outputs: the loop's, ``truncated`` with left truncation, ``text`` with a tokenizer."""
+    out = {"token_ids": result.tokens, "scores": result.scores, "log_probs": result.log_probs,
+           "lengths": result.lengths}
+    if options.truncation == "left":
+        out["truncated"] = truncated
+    if options.tokenizer is not None:
+        text = _text_of(result.tokens, prompt_lengths, result.lengths, options.stop_token_ids, options.tokenizer)
+        out["text"] = cut_tensor_at_stop_strings(text, list(options.stop_strings))
+    return out
 
 
 class _GenerateModule(tf.Module):
@@ -139,26 +377,8 @@ class _GenerateModule(tf.Module):
             self.tokenizer = tokenizer  # tracks its lookup tables / tokenizer resources
 
 
-def export_generate(
-    path,
-    next,
-    max_length,
-    strategy="greedy",
-    *,
-    track=None,
-    prepare=None,
-    stop_token_ids=None,
-    pad_token_id=0,
-    tokenizer=None,
-    input_length=None,
-    source_spec=None,
-    jit_compile=True,
-    settings=False,
-    stop_sequences=None,
-    stop_strings=None,
-    truncation="right",
-    require_tokens=False,
-):
+def export_generate(path, next, max_length=None, strategy=None, *, track=None, prepare=None, options=None,
+                    **keywords):
     """Writes a SavedModel whose ``generate`` signature runs the decoding loop (or, with ``path=None``, builds
     the module without saving it).
 
@@ -168,45 +388,19 @@ def export_generate(
             own, or add functions to it, and save once (see the second example).
         next: the step function of :func:`attnlayers.decoding.generate`, ``next(tokens, cache, index) ->
             (logits, cache)``.
-        max_length: L, the output length (prompt included), a Python int.
-        strategy: as in :func:`~attnlayers.decoding.generate` (a name, :class:`~attnlayers.decoding.GreedySearch`,
-            :class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`). A sampling strategy
-            adds an int32 scalar ``seed`` input: the same seed gives the same output (as in-process
-            :func:`~attnlayers.decoding.generate` with that seed); no random state is saved.
+        max_length: L, the output length (prompt included), a Python int (required, here or in ``options``).
+        strategy: as in :func:`~attnlayers.decoding.generate` (default "greedy"); see
+            :class:`GenerateExportOptions`.
         track: the Keras layers / models (or variables) whose variables ``next`` and ``prepare`` read; they are
             saved with the function.
         prepare: ``prepare(token_ids, padding_mask) -> dict`` with "prompt" (B, P) and optionally "prompt_mask"
             (B, P) and "cache": turns the signature's inputs into the decoding's. Default: the inputs are the
             (decoder-only) prompt, no cache. A cached GPT returns its prefilled cache; a translator returns
             start tokens as the prompt and a cache holding the encoder memory of ``token_ids``.
-        stop_token_ids, pad_token_id: as in :func:`~attnlayers.decoding.generate`.
-        tokenizer: None, or an object whose ``tokenize(strings)`` returns (ragged) int token ids and
-            ``detokenize(ids)`` strings, built from TensorFlow / tensorflow-text ops (e.g. a keras-hub
-            ``WordPieceTokenizer``, or a ``tensorflow_text`` tokenizer). The signature then takes strings.
-        input_length: None or an int: the inputs are padded (and truncated) to this length, so that the
-            compiled loop sees one input shape per batch size. Default: ``max_length`` with a tokenizer (the
-            text's length varies), the given width of ``token_ids`` without.
-        source_spec: None, or a ``tf.TensorSpec`` of an input other than token ids (e.g. images
-            ``tf.TensorSpec((None, 64, 64, 3), tf.uint8, name="images")``): the signature then takes that one
-            tensor (named after the spec) and ``prepare(source)`` turns it into the decoding's inputs.
-        jit_compile: compile the decoding loop with XLA.
-        settings: False, or True: sampling whose settings are signature inputs (one compiled loop for every
-            setting): ``temperature`` float32 () (0: greedy search), ``top_k`` int32 () (0: off), ``top_p``
-            float32 () (1.0: off), ``seed`` int32 () and ``max_new_tokens`` int32 () (a row stops after that
-            many generated tokens; the loop keeps its static ``max_length``, so a value >= L means no limit).
-            Invalid values fail a ``tf.debugging`` assertion naming the input. ``strategy`` must then be left
-            "greedy" or be a :class:`~attnlayers.decoding.Sampling` (its settings are replaced by the inputs).
-        stop_sequences: None or lists of token ids, fixed at export: a row stops when its generated tokens end
-            with one of them (:func:`~attnlayers.decoding.generate`'s ``stop_sequences``).
-        stop_strings: None or strings, fixed at export (needs a ``tokenizer``): each is tokenized into a stop
-            sequence, and the ``text`` output is cut before the first occurrence of any of them. A tokenizer may
-            spell a stop string with other tokens in context (BPE merges across its boundary): the text is still
-            cut at it, the row only runs on (to another stop or the length limit).
-        truncation: "right" (inputs longer than ``input_length`` lose their last tokens) or "left" (they keep
-            their last ``input_length`` tokens, what a language model continues; the outputs then include
-            ``truncated`` bool (B,), True where a prompt lost tokens). Inputs are right-padded prompts.
-        require_tokens: assert that every prompt holds a token (an empty text or an all-False ``padding_mask``
-            row fails a ``tf.debugging`` assertion naming the input), for models that continue the prompt.
+        options: None or a :class:`GenerateExportOptions`: the signature's options.
+        **keywords: the fields of :class:`GenerateExportOptions` (``stop_token_ids``, ``pad_token_id``,
+            ``tokenizer``, ``input_length``, ``source_spec``, ``jit_compile``, ``settings``, ``stop_sequences``,
+            ``stop_strings``, ``truncation``, ``require_tokens``), replacing those of ``options``.
 
     Returns:
         The ``tf.Module`` that was saved (or only built, when ``path`` is None); its ``generate`` method runs in
@@ -253,181 +447,24 @@ def export_generate(
             "export_generate writes a TensorFlow SavedModel and needs the TensorFlow backend; received "
             f"KERAS_BACKEND={keras.backend.backend()!r}."
         )
-    max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
-    input_length = positive_int(input_length, "input_length", allow_none=True)
-    if source_spec is not None and (tokenizer is not None or not isinstance(source_spec, tf.TensorSpec)):
-        raise ValueError(
-            "`source_spec` must be a tf.TensorSpec, and cannot be combined with a `tokenizer`; received "
-            f"source_spec={source_spec!r}, tokenizer={tokenizer!r}."
-        )
-    if tokenizer is not None and not (hasattr(tokenizer, "tokenize") and hasattr(tokenizer, "detokenize")):
-        raise ValueError(
-            "`tokenizer` must have `tokenize(strings)` and `detokenize(token_ids)` methods built from TensorFlow "
-            f"ops; received {tokenizer!r}."
-        )
-    truncation = one_of(truncation, "truncation", ("right", "left"))
-    strategy = get_strategy(strategy)
-    if settings and not isinstance(strategy, (Sampling, GreedySearch)):
-        raise ValueError(
-            "`settings=True` samples with the signature's temperature / top_k / top_p (temperature 0: greedy): "
-            f"`strategy` must be 'greedy' or a Sampling; received strategy={strategy!r}."
-        )
-    stop_strings = _check_stop_strings(stop_strings, tokenizer)
-    sequences = list(stop_sequences or [])
-    _check_stop_sequences(sequences or None)
-    sequences += _stop_sequences_of(stop_strings, tokenizer) if stop_strings else []
-    prepare = prepare or _default_prepare
-    stops = () if stop_token_ids is None else tuple(
-        [stop_token_ids] if isinstance(stop_token_ids, int) else stop_token_ids
-    )
-    if tokenizer is not None and input_length is None:
-        input_length = max_length
-    if truncation == "left" and (input_length is None or source_spec is not None):
-        raise ValueError(
-            '`truncation="left"` keeps the last `input_length` tokens of each prompt: it needs token ids or text '
-            f"inputs and an `input_length`; received input_length={input_length!r}, source_spec={source_spec!r}."
-        )
-    stochastic = settings or strategy.stochastic
-    module = _GenerateModule(_variables(track), tokenizer)
+    options = GenerateExportOptions.of(options, max_length, strategy, **keywords)
+    positive_int(options.max_length, "max_length", what="the output length, prompt included")  # None: refused
+    stop_sequences = list(options.stop_sequences) + stop_sequences_for(options.tokenizer, options.stop_strings)
+    decode = _decoder(next, prepare or _default_prepare, options, stop_sequences)
+    module = _GenerateModule(_variables(track), options.tokenizer)
+    parameters = signature_of(options)
+    names = [name for name, _ in parameters]
 
-    @tf.function(jit_compile=jit_compile, autograph=False)
-    def decode(source, seed, values):  # source: (token_ids, padding_mask) or (the source_spec tensor,)
-        inputs = prepare(*source)
-        if not isinstance(inputs, dict) or "prompt" not in inputs:
-            raise ValueError(
-                "`prepare(token_ids, padding_mask)` (or `prepare(source)`) must return a dict with 'prompt' (and "
-                f"optionally 'prompt_mask', 'cache'); received {inputs!r}."
-            )
-        prompt = tf.cast(inputs["prompt"], tf.int32)
-        prompt_mask = inputs.get("prompt_mask")
-        if prompt_mask is None:
-            prompt_mask = tf.ones_like(prompt, dtype=tf.bool)
-        chosen, max_new_tokens = strategy, None
-        if values is not None:
-            temperature, top_k, top_p, max_new_tokens = values
-            chosen = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
-        result = generate(
-            next, prompt, max_length, chosen, cache=inputs.get("cache"), prompt_mask=prompt_mask,
-            stop_token_ids=stops, pad_token_id=pad_token_id, seed=seed if stochastic else None,
-            max_new_tokens=max_new_tokens, stop_sequences=sequences or None,
-        )
-        prompt_lengths = tf.reduce_sum(tf.cast(prompt_mask, tf.int32), axis=1)
-        return result, prompt_lengths
+    def serve(*args):
+        inputs = dict(zip(names, args))
+        source, truncated = fit_inputs(inputs, options)
+        settings = _checked_settings(inputs) if options.settings else None
+        result, prompt_lengths = decode(source, inputs.get("seed", tf.constant(0)), settings)
+        return _outputs(result, prompt_lengths, truncated, options)
 
-    def checked(values):
-        """The settings after assertions naming the input that is out of range."""
-        if values is None:
-            return None
-        temperature, top_k, top_p, max_new_tokens = values
-        checks = [
-            tf.debugging.assert_all_finite(temperature, "`temperature` must be a finite number >= 0 (0: greedy)"),
-            tf.debugging.assert_greater_equal(temperature, 0.0,
-                                              message="`temperature` must be a finite number >= 0 (0: greedy)"),
-            tf.debugging.assert_greater_equal(top_k, 0, message="`top_k` must be an integer >= 0 (0: off)"),
-            tf.debugging.assert_greater(top_p, 0.0, message="`top_p` must be a probability in (0, 1] (1.0: off)"),
-            tf.debugging.assert_less_equal(top_p, 1.0,
-                                           message="`top_p` must be a probability in (0, 1] (1.0: off)"),
-            tf.debugging.assert_greater_equal(max_new_tokens, 1,
-                                              message="`max_new_tokens` must be an integer >= 1"),
-        ]
-        with tf.control_dependencies(checks):
-            return tuple(tf.identity(v) for v in values)
-
-    def fit(token_ids, padding_mask, name):
-        """The inputs at ``input_length`` (truncated as asked), and whether each row was truncated."""
-        lengths = tf.reduce_sum(tf.cast(padding_mask, tf.int32), axis=1)
-        if require_tokens:
-            check = tf.debugging.assert_positive(
-                lengths, message=f"`{name}`: every prompt needs at least one token; a row is empty")
-            with tf.control_dependencies([check]):
-                token_ids = tf.identity(token_ids)
-        if input_length is None:
-            return token_ids, padding_mask, tf.zeros_like(lengths, tf.bool)
-        truncated = lengths > input_length
-        if truncation == "left":
-            token_ids, padding_mask = _left_fit(token_ids, padding_mask, input_length, pad_token_id)
-        else:
-            token_ids, padding_mask = token_ids[:, :input_length], padding_mask[:, :input_length]
-            extra = input_length - tf.shape(token_ids)[1]
-            token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=pad_token_id)
-            padding_mask = tf.pad(padding_mask, [[0, 0], [0, extra]], constant_values=False)
-        token_ids = tf.ensure_shape(token_ids, (None, input_length))
-        return token_ids, tf.ensure_shape(padding_mask, (None, input_length)), truncated
-
-    def outputs(result, truncated=None):
-        result, _ = result
-        out = {"token_ids": result.tokens, "scores": result.scores, "log_probs": result.log_probs,
-               "lengths": result.lengths}
-        if truncation == "left":
-            out["truncated"] = truncated
-        return out
-
-    def from_ids(token_ids, padding_mask, seed, values=None):
-        token_ids, padding_mask, truncated = fit(tf.cast(token_ids, tf.int32), tf.cast(padding_mask, tf.bool),
-                                                 "padding_mask")
-        return outputs(decode((token_ids, padding_mask), seed, checked(values)), truncated)
-
-    def from_source(source, seed, values=None):
-        return outputs(decode((source,), seed, checked(values)))
-
-    def from_text(text, seed, values=None):
-        ids = tokenizer.tokenize(assert_rank(text, 1, "text", "(batch,): one string per prompt"))
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.RaggedTensor.from_tensor(ids)
-        while ids.ragged_rank > 1:  # tokenizers that return (batch, words, pieces)
-            ids = ids.merge_dims(1, 2)
-        ids = tf.cast(ids, tf.int32)
-        token_ids = ids.to_tensor(default_value=pad_token_id)
-        padding_mask = tf.sequence_mask(ids.row_lengths(), tf.shape(token_ids)[1])
-        token_ids, padding_mask, truncated = fit(token_ids, padding_mask, "text")
-        result = decode((token_ids, padding_mask), seed, checked(values))
-        out = outputs(result, truncated)
-        text = _text_of(out["token_ids"], result[1], out["lengths"], stops, tokenizer)
-        out["text"] = cut_at_stop_strings(text, stop_strings)
-        return out
-
-    # One function per input set, with named parameters (no *args): the module and the loaded SavedModel then
-    # take keyword arguments as well as positional ones.
-    ids_spec = [tf.TensorSpec((None, None), tf.int32, name="token_ids"),
-                tf.TensorSpec((None, None), tf.bool, name="padding_mask")]
-    text_spec = [tf.TensorSpec((None,), tf.string, name="text")]
-    seed_spec = [tf.TensorSpec((), tf.int32, name="seed")]
-    settings_spec = [tf.TensorSpec((), tf.float32, name="temperature"), tf.TensorSpec((), tf.int32, name="top_k"),
-                     tf.TensorSpec((), tf.float32, name="top_p"), tf.TensorSpec((), tf.int32, name="seed"),
-                     tf.TensorSpec((), tf.int32, name="max_new_tokens")]
-    if settings and source_spec is not None:
-        def serve(source, temperature, top_k, top_p, seed, max_new_tokens):
-            return from_source(source, seed, (temperature, top_k, top_p, max_new_tokens))
-    elif settings and tokenizer is None:
-        def serve(token_ids, padding_mask, temperature, top_k, top_p, seed, max_new_tokens):
-            return from_ids(token_ids, padding_mask, seed, (temperature, top_k, top_p, max_new_tokens))
-    elif settings:
-        def serve(text, temperature, top_k, top_p, seed, max_new_tokens):
-            return from_text(text, seed, (temperature, top_k, top_p, max_new_tokens))
-    elif source_spec is not None and stochastic:
-        def serve(source, seed):
-            return from_source(source, seed)
-    elif source_spec is not None:
-        def serve(source):
-            return from_source(source, tf.constant(0))
-    elif tokenizer is None and stochastic:
-        def serve(token_ids, padding_mask, seed):
-            return from_ids(token_ids, padding_mask, seed)
-    elif tokenizer is None:
-        def serve(token_ids, padding_mask):
-            return from_ids(token_ids, padding_mask, tf.constant(0))
-    elif stochastic:
-        def serve(text, seed):
-            return from_text(text, seed)
-    else:
-        def serve(text):
-            return from_text(text, tf.constant(0))
-    signature = ([source_spec] if source_spec is not None else ids_spec if tokenizer is None else text_spec)
-    signature += settings_spec if settings else seed_spec if stochastic else []
-    function = tf.function(serve, input_signature=signature, autograph=False)
-
-    module.generate = function
-    concrete = function.get_concrete_function()  # traced here: errors surface now, and the save reuses it
+    module.generate = tf.function(_with_parameters(serve, names), input_signature=[spec for _, spec in parameters],
+                                  autograph=False)
+    concrete = module.generate.get_concrete_function()  # traced here: errors surface now, and the save reuses it
     if path is not None:
         tf.saved_model.save(module, str(path), signatures={"generate": concrete})
     return module

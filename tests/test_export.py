@@ -272,3 +272,45 @@ def test_bad_settings_arguments():
         export_generate(None, step, 4, stop_strings=["\n"])
     with pytest.raises(ValueError, match=r"stop_sequences"):
         export_generate(None, step, 4, stop_sequences=[[]])
+
+
+def test_options_object():
+    """GenerateExportOptions: checked once when built (ValueErrors naming the argument), frozen, normalized;
+    `of` replaces fields; export_generate takes it (options=) or its fields as keywords, with the same
+    signature."""
+    from attnlayers.export import GenerateExportOptions, signature_of
+
+    options = GenerateExportOptions(LENGTH, "top_k", stop_token_ids=END, stop_sequences=[[7, 7]])
+    assert options.stop_token_ids == (END,) and options.stop_sequences == ((7, 7),) and options.stochastic
+    assert isinstance(options.strategy, Sampling) and options.fitted_length is None
+    with pytest.raises(AttributeError):
+        options.max_length = 3
+    assert GenerateExportOptions.of(options) is options
+    greedy = GenerateExportOptions.of(options, None, "greedy", input_length=4)
+    assert not greedy.stochastic and greedy.input_length == 4 and greedy.stop_token_ids == (END,)
+    assert [name for name, _ in signature_of(options)] == ["token_ids", "padding_mask", "seed"]
+    assert [name for name, _ in signature_of(GenerateExportOptions(LENGTH, settings=True))] == [
+        "token_ids", "padding_mask", "temperature", "top_k", "top_p", "seed", "max_new_tokens"]
+    for fields, match in [(dict(max_length=0), "max_length=0"), (dict(input_length=-1), "input_length=-1"),
+                          (dict(settings=True, strategy=BeamSearch(2)), "settings=True"),
+                          (dict(truncation="left"), "truncation"), (dict(stop_strings=["x"]), "needs a `tokenizer`"),
+                          (dict(stop_sequences=[[-1]]), "stop_sequences"),
+                          (dict(source_spec="images"), "source_spec")]:
+        with pytest.raises(ValueError, match=match):
+            GenerateExportOptions(**fields)
+    with pytest.raises(ValueError, match="options"):
+        GenerateExportOptions.of({"max_length": 4})
+    with pytest.raises(ValueError, match="max_length"):  # required to export
+        export_generate(None, lambda t, c, i: (t, c))
+
+    keras.utils.set_random_seed(3)
+    lm = tiny_gpt()
+    built = export_generate(None, lm.next, track=lm, prepare=prepare(lm), options=options, jit_compile=False)
+    spec = built.generate.get_concrete_function().structured_input_signature
+    assert spec == ((tf.TensorSpec((None, None), tf.int32, name="token_ids"),
+                     tf.TensorSpec((None, None), tf.bool, name="padding_mask"),
+                     tf.TensorSpec((), tf.int32, name="seed")), {})
+    out = built.generate(token_ids=tf.constant(IDS), padding_mask=tf.constant(IDS != 0), seed=tf.constant(SEED))
+    expected = generate(lm.next, IDS, LENGTH, options.strategy, cache=lm.initial_cache(IDS, IDS != 0, LENGTH),
+                        prompt_mask=IDS != 0, stop_token_ids=[END], seed=SEED, stop_sequences=[[7, 7]])
+    np.testing.assert_array_equal(out["token_ids"], np.asarray(expected.tokens))

@@ -6,12 +6,12 @@ TensorFlow only (this module imports tensorflow).
 
 from __future__ import annotations
 
-from attnlayers.export import export_generate
+import dataclasses
+
+from attnlayers.export import GenerateExportOptions, export_generate
 
 
-def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=None, input_length=None,
-                     source_spec=None, jit_compile=True, settings=False, stop_sequences=None, stop_strings=None,
-                     truncation="right", require_tokens=False):
+def export_generator(path, model, max_length=None, strategy=None, *, options=None, **keywords):
     """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`),
     or with ``path=None`` builds the module without saving it (to attach it to a larger module saved once).
 
@@ -23,29 +23,31 @@ def export_generator(path, model, max_length, strategy="greedy", *, tokenizer=No
     Args:
         path: the SavedModel directory, or None to build the module and save nothing.
         model: a :class:`~attnlayers.applications.core.generation.GenerativeModel`.
-        max_length: L, the output length (prompt / start token included); checked against the model's limit.
-        strategy: "greedy", a ``BeamSearch``, a ``Sampling`` (then the signature takes an int32 ``seed``).
-        tokenizer: None (token ids in and out) or a TensorFlow tokenizer (strings in and out).
-        input_length: the input width the loop is compiled for (longer inputs are truncated).
-        source_spec: a ``tf.TensorSpec`` for a source other than token ids (a captioner's images): the
-            signature takes that tensor and passes it to ``model.generation_inputs``.
-        jit_compile: compile the encoder and the decoding loop with XLA.
-        settings, stop_sequences, stop_strings, truncation, require_tokens: as in
-            :func:`attnlayers.export.export_generate` (sampling settings as signature inputs, stop sequences and
-            strings fixed at export, left truncation of long prompts, empty prompts refused).
+        max_length: L, the output length (prompt / start token included); checked against the model's limit
+            (None: its default).
+        strategy: "greedy" (default), a ``BeamSearch``, a ``Sampling`` (then the signature takes an int32
+            ``seed``).
+        options: None or a :class:`attnlayers.export.GenerateExportOptions` (its ``stop_token_ids`` and
+            ``pad_token_id`` are replaced by the model's).
+        **keywords: the other fields of :class:`~attnlayers.export.GenerateExportOptions`, replacing those of
+            ``options``: ``tokenizer`` (strings in and out), ``input_length`` (the input width the loop is
+            compiled for), ``source_spec`` (a source other than token ids, e.g. a captioner's images, passed to
+            ``model.generation_inputs``), ``jit_compile``, ``settings``, ``stop_sequences``, ``stop_strings``,
+            ``truncation``, ``require_tokens``.
 
     Returns:
         The saved (or, with ``path=None``, built) ``tf.Module``; its ``generate`` runs in this process too.
     """
-    max_length = model.generation_length(max_length)
+    for name in ("stop_token_ids", "pad_token_id"):
+        if name in keywords:
+            raise ValueError(f"`{name}` is the model's (model.{name}): export_generator does not take it; "
+                             f"received {name}={keywords[name]!r}.")
+    options = GenerateExportOptions.of(options, max_length, strategy, **keywords)
+    max_length = model.generation_length(options.max_length)
+    options = dataclasses.replace(options, max_length=max_length, stop_token_ids=list(model.stop_token_ids),
+                                  pad_token_id=model.pad_token_id)
 
     def prepare(token_ids, padding_mask=None):
         return model.generation_inputs(token_ids, padding_mask=padding_mask, max_length=max_length)
 
-    return export_generate(
-        path, model.next, max_length, strategy, track=model, prepare=prepare,
-        stop_token_ids=list(model.stop_token_ids), pad_token_id=model.pad_token_id, tokenizer=tokenizer,
-        input_length=input_length, source_spec=source_spec, jit_compile=jit_compile, settings=settings,
-        stop_sequences=stop_sequences, stop_strings=stop_strings, truncation=truncation,
-        require_tokens=require_tokens,
-    )
+    return export_generate(path, model.next, track=model, prepare=prepare, options=options)

@@ -22,7 +22,7 @@ Choices: a prompt longer than ``input_length`` tokens keeps its last ``input_len
 model continues) and the output ``truncated`` says so (in-process, ``GPT.generate`` raises instead); an empty
 prompt fails an assertion naming ``text``, and so does a scalar ``text`` (its shape is (batch,)); stop strings
 are fixed at export (they are tokenized into stop sequences and cut the text: see
-:mod:`attnlayers.applications.gpt.generation`).
+:mod:`attnlayers.stop_strings`).
 
 TensorFlow only.
 """
@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from attnlayers.export import GenerateExportOptions
 from attnlayers.validation import positive_int
 
 from ..core.export import export_generator
-from .generation import check_stop_strings
 from .tokenizer import core_regex_split, pretokenize
 
 __all__ = ["ServingTokenizer", "export_gpt"]
@@ -118,8 +118,8 @@ def export_gpt(path, model, tokenizer, max_length=None, *, input_length=None, st
             f"`input_length` (the prompt width, {input_length}) must be below max_length={max_length}, to leave "
             "room for generated tokens."
         )
-    stop_strings = check_stop_strings(stop_strings)
-    return export_generator(
-        path, model, max_length, "greedy", tokenizer=ServingTokenizer(tokenizer), input_length=input_length,
-        jit_compile=jit_compile, settings=True, stop_strings=stop_strings, truncation="left", require_tokens=True,
+    options = GenerateExportOptions(
+        max_length, "greedy", stop_strings=stop_strings, tokenizer=ServingTokenizer(tokenizer),
+        input_length=input_length, jit_compile=jit_compile, settings=True, truncation="left", require_tokens=True,
     )
+    return export_generator(path, model, options=options)

@@ -3,17 +3,12 @@
     texts = generate_text(model, tokenizer, ["Once upon a time"], max_new_tokens=40,
                           strategy=Sampling(temperature=0.8, top_p=0.9), seed=1, stop_strings=["\\n\\n"])
 
-Stop strings (Hugging Face's ``stop_strings``; keras-hub has only stop token ids) work at two levels:
-
-- in the decoding loop, each stop string is tokenized once into a stop sequence
-  (:func:`attnlayers.decoding.generate`'s ``stop_sequences``): a row stops as soon as its generated tokens end
-  with it;
-- in the returned text, which is cut before the first occurrence of any stop string.
-
-BPE may spell a stop string with other tokens in context (its first or last characters merged with the text
-around it, e.g. "\\n\\n" after "." or a space before a word): the loop then does not see it and the row runs on
-to another stop or the length limit, but the text is still cut at the stop string. A stop string that spans the
-prompt and the generated text is not a stop: only the generated part is searched.
+Stop strings (Hugging Face's ``stop_strings``; keras-hub has only stop token ids) stop the decoding loop (each
+is tokenized once into a stop sequence) and cut the returned text: :mod:`attnlayers.stop_strings`, whose
+``check_stop_strings``, ``stop_sequences_for`` and ``cut_at_stop_strings`` this module re-exports. BPE may spell
+a stop string with other tokens in context (e.g. "\\n\\n" after "."): the row then runs on, but the text is still
+cut at it. A stop string that spans the prompt and the generated text is not a stop: only the generated part is
+searched.
 
 TensorFlow (the tokenizer's ops); the model runs on the TensorFlow backend.
 """
@@ -21,33 +16,10 @@ TensorFlow (the tokenizer's ops); the model runs on the TensorFlow backend.
 from __future__ import annotations
 
 from attnlayers.decoding import BeamSearch, get_strategy
-from attnlayers.validation import positive_int, string_list
+from attnlayers.stop_strings import check_stop_strings, cut_at_stop_strings, stop_sequences_for
+from attnlayers.validation import positive_int
 
 __all__ = ["check_stop_strings", "cut_at_stop_strings", "generate_text", "stop_sequences_for"]
-
-
-def check_stop_strings(stop_strings):
-    """``stop_strings`` as a list of non-empty strings ([] for None); else a ValueError naming the argument."""
-    return string_list(stop_strings, "stop_strings")
-
-
-def stop_sequences_for(tokenizer, stop_strings):
-    """The token ids of each stop string (its tokenization on its own), for ``generate``'s ``stop_sequences``."""
-    stop_strings = check_stop_strings(stop_strings)
-    if not stop_strings:
-        return []
-    ids = tokenizer.tokenize(stop_strings)
-    return [[int(i) for i in row] for row in ids.to_list() if row]
-
-
-def cut_at_stop_strings(text, stop_strings):
-    """``text`` up to (not including) the first occurrence of any stop string."""
-    cut = len(text)
-    for stop in stop_strings or ():
-        found = text.find(stop)
-        if found != -1:
-            cut = min(cut, found)
-    return text[:cut]
 
 
 def _tokenize_prompts(model, tokenizer, prompts, max_length):

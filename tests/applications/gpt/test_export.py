@@ -72,6 +72,22 @@ def test_export_checks_max_length_against_the_model(tmp_path):
         export_generator(str(tmp_path / "gpt"), model, 13)
 
 
+def test_export_generator_takes_an_options_object():
+    """export_generator passes one GenerateExportOptions down (the model's stop and pad ids, its default
+    max_length filled in), and refuses the ids the model owns as keywords."""
+    from attnlayers.export import GenerateExportOptions
+
+    model = _gpt_that_stops()
+    options = GenerateExportOptions(strategy=Sampling(top_k=5, temperature=1.5), jit_compile=False)
+    module = export_generator(None, model, options=options)  # max_length: the model's (12)
+    out = module.generate(token_ids=tf.constant(PROMPT), padding_mask=tf.constant(PROMPT_MASK),
+                          seed=tf.constant(SEED))
+    expected = model.generate(PROMPT, 12, options.strategy, seed=SEED, padding_mask=PROMPT_MASK)
+    np.testing.assert_array_equal(out["token_ids"].numpy(), np.asarray(expected.tokens))
+    with pytest.raises(ValueError, match=r"stop_token_ids.*model"):
+        export_generator(None, model, LENGTH, stop_token_ids=[1])
+
+
 # ---- export_gpt: strings in, text out, the sampling settings as inputs, served by tensorflow alone ----------------
 
 TEXT_CORPUS = ["The quick brown fox jumps over the lazy dog. The dog sleeps.", "A cat, a hat; the cat sat on the mat!",
