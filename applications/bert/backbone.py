@@ -21,6 +21,7 @@ from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.transformer import TransformerEncoder
 from attnlayers.validation import check_rank, format_shape
 
+from ..core.generation import check_id_range
 from .config import BertConfig
 
 # Hidden-state combinations for feature-based use, as compared on CoNLL-2003 NER (Devlin et al. 2019, table 7).
@@ -123,9 +124,9 @@ class BertBackbone(keras.Model):
                 )
         _check_dtype(segment_ids, "segment_ids", "integer segment ids (0 for A, 1 for B)")
         _check_dtype(padding_mask, "padding_mask", "a boolean (True = real token) or 0/1 integer mask", allow_bool=True)
-        _check_id_range(token_ids, "token_ids", "vocabulary_size", self.config.vocabulary_size)
+        check_id_range(token_ids, "token_ids", self.config.vocabulary_size)
         if "segment_ids" in inputs and inputs["segment_ids"] is not None:
-            _check_id_range(segment_ids, "segment_ids", "num_segments", self.config.num_segments)
+            check_id_range(segment_ids, "segment_ids", self.config.num_segments, "num_segments")
         return token_ids, segment_ids, ops.cast(padding_mask, "bool")
 
     def call(self, inputs, return_hidden_states=False, training=None):
@@ -172,31 +173,9 @@ class BertBackbone(keras.Model):
         return {**super().get_config(), "config": dataclasses.asdict(self.config)}
 
 
-def _concrete(x):
-    """``x`` as a NumPy array when it holds values (eager), else None (symbolic: a compiled call)."""
-    try:
-        return ops.convert_to_numpy(x)
-    except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error)
-        return None
-
-
 def _check_dtype(value, name, expected, allow_bool=False):
     """Integer ids (and a boolean / 0-1 integer mask): floats, silently truncated by a cast, and strings are refused
     by name."""
     dtype = keras.backend.standardize_dtype(value.dtype)
     if not (keras.backend.is_int_dtype(dtype) or (allow_bool and dtype == "bool")):
         raise ValueError(f"`{name}` must be {expected} of shape (batch, length); received dtype {dtype}.")
-
-
-def _check_id_range(ids, name, size_name, size):
-    """Every id of ``ids`` in [0, size) when its values are known; else a ValueError naming ``name``."""
-    values = _concrete(ids)
-    if values is None or values.size == 0:
-        return
-    bad = (values < 0) | (values >= size)
-    if bad.any():
-        where = [int(i) for i in next(zip(*bad.nonzero()))]
-        raise ValueError(
-            f"`{name}` must hold ids in [0, {size_name}={size}); received {name}{where} = {int(values[tuple(where)])} "
-            f"({int(bad.sum())} id(s) out of range, from {int(values.min())} to {int(values.max())})."
-        )

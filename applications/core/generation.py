@@ -186,4 +186,32 @@ def check_token_ids(x, name):
     return ops.cast(x, "int32")
 
 
-__all__ = ["GenerativeModel", "Seq2SeqGenerator", "check_token_ids"]
+def concrete_values(x):
+    """``x`` as a NumPy array when it holds values (eager), else None (a traced tensor: a compiled call, checked
+    elsewhere or not at all)."""
+    if x is None:
+        return None
+    try:
+        return ops.convert_to_numpy(x)
+    except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error)
+        return None
+
+
+def check_id_range(ids, name, size, size_name="vocabulary_size", what="ids"):
+    """Every id of ``ids`` in [0, ``size``) when its values are known (eager); else a ValueError naming ``name`` (and
+    ``what`` it holds), the first bad position and value, and how many are out of range. Nothing is checked in a
+    compiled call."""
+    values = concrete_values(ids)
+    if values is None or values.size == 0:
+        return
+    bad = (values < 0) | (values >= size)
+    if bad.any():
+        where = tuple(int(i) for i in next(zip(*bad.nonzero())))
+        raise ValueError(
+            f"`{name}` must hold {what} in [0, {size_name}={size}); received {name}{list(where)} = "
+            f"{int(values[where])} ({int(bad.sum())} id(s) out of range, from {int(values.min())} to "
+            f"{int(values.max())})."
+        )
+
+
+__all__ = ["GenerativeModel", "Seq2SeqGenerator", "check_id_range", "check_token_ids", "concrete_values"]

@@ -65,7 +65,7 @@ from attnlayers.validation import (
     rate_in_unit_interval,
 )
 
-from ..core.generation import GenerativeModel
+from ..core.generation import GenerativeModel, check_id_range, concrete_values
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.gpt")
@@ -434,7 +434,7 @@ class GPT(GenerativeModel):
         width = ops.shape(token_ids)[1] if len(token_ids.shape) == 2 else None
         limit = self.config.max_sequence_length
         if is_int(width) and width > limit:
-            mask = self._concrete(padding_mask)
+            mask = concrete_values(padding_mask)
             longest = width if mask is None or mask.ndim != 2 else int(mask.sum(axis=1).max())
             raise ValueError(
                 f"`token_ids`: the prompt length {longest} exceeds max_sequence_length={limit} (the longest "
@@ -449,7 +449,7 @@ class GPT(GenerativeModel):
                 # No row can generate more than max_length - its prompt length tokens: a larger max_new_tokens
                 # (2**31 - 1 for "no limit") is clipped to that room, before the loop adds it to the int32 prompt
                 # lengths (where it would wrap around and stop every row after one token).
-                mask = self._concrete(padding_mask)
+                mask = concrete_values(padding_mask)
                 shortest = width if mask is None or mask.ndim != 2 or not mask.size else int(mask.sum(axis=1).min())
                 max_new_tokens = min(max_new_tokens, max(int(max_length) - shortest, 1))
         return super().generate(token_ids, max_length, strategy, seed, padding_mask=padding_mask,
@@ -464,16 +464,6 @@ class GPT(GenerativeModel):
         """``max_length`` checked against ``max_sequence_length`` (its default when None)."""
         return self._check_max_length(max_length, None)
 
-    @staticmethod
-    def _concrete(x):
-        """``x`` as a NumPy array when it holds values (eager), else None (symbolic: checked elsewhere)."""
-        if x is None:
-            return None
-        try:
-            return ops.convert_to_numpy(x)
-        except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error)
-            return None
-
     def _check_prompts_have_tokens(self, token_ids, padding_mask):
         """Every prompt holds at least one token (generation continues it); checked when the values are known
         (an exported signature asserts it on its inputs)."""
@@ -482,7 +472,7 @@ class GPT(GenerativeModel):
                 f"`token_ids` holds empty prompts (shape {tuple(token_ids.shape)}): every prompt needs at least one "
                 "token (e.g. end_token_id, GPT-2's start of text)."
             )
-        mask = self._concrete(padding_mask)
+        mask = concrete_values(padding_mask)
         if mask is not None and mask.ndim == 2 and mask.shape[1]:
             empty = (~mask.any(axis=1)).nonzero()[0]
             if empty.size:
@@ -532,18 +522,7 @@ class GPT(GenerativeModel):
     def _check_token_range(self, token_ids, name="token_ids"):
         """Every id in [0, vocabulary_size), padding included (every position is looked up), checked when the
         values are known (eager); a compiled call cannot check them (see the class docstring)."""
-        values = self._concrete(token_ids)
-        if values is None or values.size == 0:
-            return
-        size = self.config.vocabulary_size
-        bad = (values < 0) | (values >= size)
-        if bad.any():
-            where = tuple(int(i) for i in next(zip(*bad.nonzero())))
-            raise ValueError(
-                f"`{name}` must hold token ids in [0, vocabulary_size={size}); received {name}{list(where)} = "
-                f"{int(values[where])} ({int(bad.sum())} id(s) out of range, from {int(values.min())} to "
-                f"{int(values.max())})."
-            )
+        check_id_range(token_ids, name, self.config.vocabulary_size, what="token ids")
 
     def _check_max_length(self, max_length, prompt_length):
         """``max_length`` (default ``max_sequence_length``) in [prompt length, max_sequence_length]."""

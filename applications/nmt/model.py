@@ -37,7 +37,7 @@ from attnlayers import (
 from attnlayers import masking
 from attnlayers.validation import check_divisible, format_shape
 
-from ..core.generation import Seq2SeqGenerator, check_token_ids
+from ..core.generation import Seq2SeqGenerator, check_id_range, check_token_ids
 from ..core.losses import MaskedCrossEntropy
 from ..core.metrics import MaskedAccuracy
 from ..core.schedules import TransformerSchedule
@@ -92,17 +92,9 @@ class Translator(Seq2SeqGenerator):
                 f"`inputs` holds empty sources (shape {format_shape(source_ids.shape)}): every row needs at least one "
                 f"position (an all-[PAD] row, pad_token_id={self.pad_token_id}, is allowed)."
             )
-        values = _concrete(source_ids)
         size = getattr(self, "source_vocabulary_size", None)
-        if values is not None and values.size and size is not None:
-            bad = (values < 0) | (values >= size)
-            if bad.any():
-                where = [int(i) for i in next(zip(*bad.nonzero()))]
-                raise ValueError(
-                    f"`inputs` must hold source token ids in [0, source_vocabulary_size={size}); received "
-                    f"inputs{where} = {int(values[tuple(where)])} ({int(bad.sum())} id(s) out of range, from "
-                    f"{int(values.min())} to {int(values.max())})."
-                )
+        if size is not None:
+            check_id_range(source_ids, "inputs", size, "source_vocabulary_size", "source token ids")
         return ops.cast(source_ids, "int32")
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
@@ -130,14 +122,6 @@ def _dtype_name(x):
         return keras.backend.standardize_dtype(dtype)
     except (ValueError, TypeError, AttributeError):
         return str(dtype)
-
-
-def _concrete(x):
-    """``x`` as a NumPy array when it holds values (eager), else None (a traced tensor)."""
-    try:
-        return ops.convert_to_numpy(x)
-    except Exception:  # noqa: BLE001  symbolic (any backend's error)
-        return None
 
 
 def _split_inputs(inputs):
