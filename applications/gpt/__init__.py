@@ -29,7 +29,8 @@ from .model import GPT, GPT_PRESETS, GPTConfig, gelu_approximate
 _TOKENIZER_NAMES = ("END_OF_TEXT", "GPT2Tokenizer", "pretokenize", "train_byte_level_bpe")
 # Text generation (`generation`: generate_text with stop strings) and its SavedModel (`export`: export_gpt, strings
 # in, text out, sampling settings as inputs, served by TensorFlow alone): TensorFlow too, imported on first use.
-_LAZY = {"generate_text": "generation", "export_gpt": "export", **dict.fromkeys(_TOKENIZER_NAMES, "tokenizer")}
+_LAZY = {"generate_text": "generation", "export_gpt": "export", **dict.fromkeys(_TOKENIZER_NAMES, "tokenizer"),
+         "load_gguf": "gguf", "apply_chat_template": "gguf"}
 
 __all__ = [
     "GPT", "GPT_PRESETS", "GPTConfig", "copy_keras_hub_weights", "from_keras_hub", "gelu_approximate",
