@@ -131,6 +131,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         restored: the pointer restored by the last ``on_train_begin`` (a dict: epoch, step, iterations, weights,
             seconds, history, invocations), or None when training started from scratch.
         skipped: the batches the resumed epoch dropped (0 without a mid-epoch resume).
+        invocations: which run of ``fit`` this is for the training the backup belongs to (1 from scratch, 2 after
+            the first resume, ...).
     """
 
     def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True,
@@ -145,7 +147,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._skip_until, self._train_function = 0, None
         self._epoch_done, self._since_save = 0, 0
         self.print_fn = print_fn
-        self._seconds_before, self._clock, self._history, self._invocations = 0.0, None, {}, 1
+        self._seconds_before, self._clock, self._history, self.invocations = 0.0, None, {}, 1
 
     # -- storage --
 
@@ -208,7 +210,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             previous = {k: v for k, v in self._pointer.items() if k != "previous"}
         pointer = {"epoch": int(epoch), "step": int(step), "iterations": iterations, "weights": name,
                    "seeds": [keras.ops.convert_to_numpy(v).tolist() for v in self._seed_variables()],
-                   "seconds": round(self.seconds(), 3), "history": self._history, "invocations": self._invocations,
+                   "seconds": round(self.seconds(), 3), "history": self._history, "invocations": self.invocations,
                    "previous": previous}
         self._write_pointer(pointer)  # the commit
         self._pointer = pointer
@@ -318,11 +320,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self._number = max(numbers, default=0)
         self.restored = self._restore_multi_worker(strategy) if multi_worker else self._restore_local()
         self.skipped, self._skip_until, self._since_save = 0, 0, 0
-        self._seconds_before, self._history, self._invocations = 0.0, {}, 1
+        self._seconds_before, self._history, self.invocations = 0.0, {}, 1
         if self.restored is not None:
             self._seconds_before = float(self.restored.get("seconds") or 0.0)
             self._history = {k: list(v) for k, v in (self.restored.get("history") or {}).items()}
-            self._invocations = int(self.restored.get("invocations") or 1) + 1
+            self.invocations = int(self.restored.get("invocations") or 1) + 1
             if self.print_fn is not None:
                 self.print_fn(f"resumed from the backup in {self.backup_dir}: {self.describe_restored()}")
             self.model._initial_epoch = self.restored["epoch"]  # fit: `self._initial_epoch or initial_epoch`
@@ -342,7 +344,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             return None
         where = f"epoch {r['epoch'] + 1}" + (f", after its step {r['step']}" if r["step"] else ", from its start")
         return (f"{where} ({r.get('iterations') or 0} optimizer steps, {float(r.get('seconds') or 0.0):.1f} s of "
-                f"training before; run {self._invocations} of this training)")
+                f"training before; run {self.invocations} of this training)")
 
     def on_epoch_begin(self, epoch, logs=None):
         self._current_epoch, self._epoch_done = epoch, 0

@@ -97,7 +97,7 @@ def training_summary(counter, history=None, backup=None):
     if restored is not None:
         before = float(restored.get("seconds") or 0.0)
         summary["resumed"] = {"epoch": restored["epoch"] + 1, "step": restored["step"], "seconds_before": before,
-                              "steps_before": restored.get("iterations"), "run": backup._invocations}
+                              "steps_before": restored.get("iterations"), "run": backup.invocations}
         summary["seconds_total"] = round(before + summary["seconds"], 1)
         summary["steps"] = counter.steps - backup.skipped
         if history is not None:
