@@ -68,6 +68,10 @@ class GenerateExportOptions:
             ``truncated`` bool (B,), True where a prompt lost tokens). Inputs are right-padded prompts.
         require_tokens: assert that every prompt holds a token (an empty text or an all-False ``padding_mask``
             row fails a ``tf.debugging`` assertion naming the input), for models that continue the prompt.
+        prompt_prefix, prompt_suffix: strings joined before and after each ``text`` input in-graph
+            (``tf.strings.join``) before it is tokenized, e.g. a chat template around a user's message (needs a
+            ``tokenizer``; "" or None: nothing). The prompt is then the joined text (``truncated`` and
+            ``input_length`` count its tokens).
 
     Raises:
         ValueError: naming the argument, for a value out of its range or options that do not go together.
@@ -86,6 +90,8 @@ class GenerateExportOptions:
     stop_strings: object = None
     truncation: str = "right"
     require_tokens: bool = False
+    prompt_prefix: str | None = None
+    prompt_suffix: str | None = None
 
     def __post_init__(self):
         def put(name, value):
@@ -113,6 +119,14 @@ class GenerateExportOptions:
                 "`settings=True` samples with the signature's temperature / top_k / top_p (temperature 0: "
                 f"greedy): `strategy` must be 'greedy' or a Sampling; received strategy={self.strategy!r}."
             )
+        for name in ("prompt_prefix", "prompt_suffix"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"`{name}` must be a string or None; received {name}={value!r}.")
+            if value and self.tokenizer is None:
+                raise ValueError(f"`{name}` needs a `tokenizer` (it is joined to the text input before "
+                                 f"tokenization); received {name}={value!r} without one.")
+            put(name, value or None)
         put("stop_strings", tuple(check_stop_strings(self.stop_strings)))
         if self.stop_strings and self.tokenizer is None:
             raise ValueError("`stop_strings` needs a `tokenizer` (they are tokenized, and the text output is cut).")
@@ -271,7 +285,10 @@ def fit_inputs(inputs, options):
     if options.source_spec is not None:
         return (inputs["source"],), None
     if options.tokenizer is not None:
-        token_ids, padding_mask = _tokenize(inputs["text"], options.tokenizer, options.pad_token_id)
+        text = inputs["text"]
+        if options.prompt_prefix or options.prompt_suffix:  # the text's rank is checked by _tokenize
+            text = tf.strings.join([options.prompt_prefix or "", text, options.prompt_suffix or ""])
+        token_ids, padding_mask = _tokenize(text, options.tokenizer, options.pad_token_id)
         name = "text"
     else:
         token_ids, padding_mask = tf.cast(inputs["token_ids"], tf.int32), tf.cast(inputs["padding_mask"], tf.bool)
@@ -400,7 +417,8 @@ def export_generate(path, next, max_length=None, strategy=None, *, track=None, p
         options: None or a :class:`GenerateExportOptions`: the signature's options.
         **keywords: the fields of :class:`GenerateExportOptions` (``stop_token_ids``, ``pad_token_id``,
             ``tokenizer``, ``input_length``, ``source_spec``, ``jit_compile``, ``settings``, ``stop_sequences``,
-            ``stop_strings``, ``truncation``, ``require_tokens``), replacing those of ``options``.
+            ``stop_strings``, ``truncation``, ``require_tokens``, ``prompt_prefix``, ``prompt_suffix``), replacing
+            those of ``options``.
 
     Returns:
         The ``tf.Module`` that was saved (or only built, when ``path`` is None); its ``generate`` method runs in

@@ -4,7 +4,7 @@ TensorFlow writes a few lines of its own to file descriptor 2 as it loads and fi
 ``TF_CPP_MIN_LOG_LEVEL`` (they come from absl before its logging is initialised): that oneDNN's custom operations
 are on, that no CUDA driver was found and ``failed call to cuInit`` on a machine without a GPU, the absl prelude
 "All log messages before absl::InitializeLog() ...", and, when the first graph holding an int32 transpose is
-optimised, that "oneDNN supports DT_INT32 only on platforms with AVX-512". They are not the user's concern. A program that sets the
+optimised, that "oneDNN supports DT_INT32 (or DT_INT64) only on platforms with AVX-512". They are not the user's concern. A program that sets the
 environment variable ``ATTNLAYERS_QUIET_STARTUP=1`` before it imports attnlayers (the example scripts do) gets them
 dropped: stderr is held in a temporary file while keras and TensorFlow load and list the devices, and every other
 line written meanwhile (a warning, a traceback) is written back unchanged afterwards. Without the variable nothing
@@ -33,7 +33,7 @@ NOISE = tuple(re.compile(p) for p in (
     r"TF-TRT Warning: Could not find TensorRT",
     r"This TensorFlow binary is optimized to use available CPU instructions",
     r"To enable the following instructions: .* in other operations, rebuild TensorFlow",
-    r"util\.cc:\d+\] oneDNN supports DT_INT32 only on platforms with AVX-512",
+    r"util\.cc:\d+\] oneDNN supports DT_INT(32|64) only on platforms with AVX-512",
 ))
 
 
@@ -84,9 +84,9 @@ def load_backend():
 
 
 def run_first_graph():
-    """When :func:`quiet_requested` under the TensorFlow backend: runs one ``tf.function`` holding an int32
-    transpose inside :func:`filtered_stderr`, so that oneDNN's once-per-process DT_INT32 line is written (and dropped)
-    there rather than in the middle of training. Call it after the strategy is made: running a graph initialises
+    """When :func:`quiet_requested` under the TensorFlow backend: runs one ``tf.function`` holding an int32 and an
+    int64 transpose inside :func:`filtered_stderr`, so that oneDNN's once-per-process DT_INT32 / DT_INT64 lines are
+    written (and dropped) there rather than in the middle of training or generation. Call it after the strategy is made: running a graph initialises
     TensorFlow's runtime, after which a ``MultiWorkerMirroredStrategy`` can no longer be created."""
     if not quiet_requested():
         return
@@ -97,4 +97,5 @@ def run_first_graph():
     import tensorflow as tf
 
     with filtered_stderr():
-        tf.function(lambda x: tf.transpose(x))(tf.zeros((1, 2), tf.int32))
+        tf.function(lambda x, y: (tf.transpose(x), tf.transpose(y)))(tf.zeros((1, 2), tf.int32),
+                                                                       tf.zeros((1, 2), tf.int64))

