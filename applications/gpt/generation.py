@@ -114,9 +114,10 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         stop_strings: None or a list of non-empty strings: generation of a row stops when its tokens end with one
             (as tokenized alone), and the text is cut before the first occurrence of any (see the module
             docstring).
-        jit_compile: run the decoding loop as one XLA-compiled function (TensorFlow backend; not beam search),
-            compiled on the first call for each prompt width bucket (prompts right-padded to a multiple of 64
-            tokens) and settings, then reused: several times faster per token on CPUs after that first call.
+        jit_compile: run the decoding loop as one XLA-compiled ``tf.function`` (TensorFlow backend; not beam
+            search; elsewhere the plain loop runs), compiled on the first call for each prompt width bucket
+            (prompts right-padded to a multiple of 64 tokens) and settings, then reused: several times faster per
+            token on CPUs after that first call.
 
     Returns:
         A list of B strings (the generated continuation: prompt, end token and stop string left out; invalid UTF-8
@@ -140,7 +141,9 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
             max_length = min(model.config.max_sequence_length, token_ids.shape[1] + int(max_new_tokens))
         max_new_tokens = None
     stop_sequences = stop_sequences_for(tokenizer, stop_strings) or None
-    if jit_compile and not isinstance(strategy, BeamSearch):
+    import keras
+
+    if jit_compile and not isinstance(strategy, BeamSearch) and keras.backend.backend() == "tensorflow":
         tokens, lengths, mask = _compiled_generate(model, token_ids, mask, max_length, strategy, seed,
                                                    max_new_tokens, stop_sequences)
     else:

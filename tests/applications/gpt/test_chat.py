@@ -12,11 +12,13 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
 
-pytest.importorskip("gguf")
-pytest.importorskip("tensorflow_text", reason="GGUFTokenizer's pre-tokenizer uses tensorflow_text regexes")
+# examples/chat.py runs on the TensorFlow backend (its KERAS_BACKEND), as do the GGUF tokenizer's ops, the compiled
+# decoding loop and the chat SavedModel; load_gguf's model under JAX: test_gguf.py.
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the chat runs on TensorFlow")
 
 from attnlayers.applications.gpt import GPTConfig, apply_chat_template, generate_text, load_gguf  # noqa: E402
 from attnlayers.applications.gpt.export import ServingTokenizer, chat_prompt_parts, export_chat  # noqa: E402

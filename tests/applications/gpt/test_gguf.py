@@ -7,11 +7,10 @@ templates; every refused file raises a ValueError naming the file and what is wr
 
 import json
 
+import gguf
 import numpy as np
 import pytest
 from keras import ops
-
-gguf = pytest.importorskip("gguf")
 
 from attnlayers.applications.core.safetensors import write_safetensors  # noqa: E402
 from attnlayers.applications.gpt import (  # noqa: E402
