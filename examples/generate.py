@@ -30,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # the tokenizer's ops and the SavedModel are TensorFlow
 
-from attnlayers.applications.core.cli import UsageError, run_script, usage_error
+from attnlayers.applications.core.cli import UsageError, check_sampling_arguments, run_script, usage_error
 
 PROG = os.path.basename(__file__)
 UNKNOWN_LOOP_ROOM = 2**30  # max_new_tokens for "run to the end" when a SavedModel's loop length is not static: large,
@@ -77,12 +77,7 @@ def parse_args(argv=None):
         parser.error("--max-length must be at least 2 (a prompt token and a generated one)")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         parser.error("--max-new-tokens must be at least 1")
-    if not args.temperature >= 0:
-        parser.error(f"--temperature must be >= 0 (0 = greedy); received {args.temperature}")
-    if args.top_k < 0:
-        parser.error(f"--top-k must be >= 0 (0 = off); received {args.top_k}")
-    if not 0 < args.top_p <= 1:
-        parser.error(f"--top-p must be in (0, 1] (1 = off); received {args.top_p}")
+    check_sampling_arguments(parser, args)
     if args.num_beams < 1:
         parser.error(f"--num-beams must be at least 1; received {args.num_beams}")
     if args.strategy != "sample":

@@ -126,6 +126,17 @@ def check_budget_arguments(parser, args):
         parser.error("--minutes must be a positive number")
 
 
+def check_sampling_arguments(parser, args):
+    """``parser.error`` for a ``--temperature`` below 0, a ``--top-k`` below 0 or a ``--top-p`` outside (0, 1]: the
+    sampling flags of the generating scripts."""
+    if not args.temperature >= 0:
+        parser.error(f"--temperature must be >= 0 (0 = greedy); received {args.temperature}")
+    if args.top_k < 0:
+        parser.error(f"--top-k must be >= 0 (0 = off); received {args.top_k}")
+    if not 0 < args.top_p <= 1:
+        parser.error(f"--top-p must be in (0, 1] (1 = off); received {args.top_p}")
+
+
 def run_script(prog, parse_args, run, argv=None):
     """``run(parse_args(argv))``; a :class:`UsageError` prints ``"PROG: error: ..."`` to stderr and returns 2."""
     args = parse_args(argv)

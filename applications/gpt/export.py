@@ -40,7 +40,7 @@ from attnlayers.export import GenerateExportOptions
 from attnlayers.validation import positive_int
 
 from ..core.export import export_generator
-from .tokenizer import _row_ids, core_regex_split, pretokenize
+from .tokenizer import core_regex_split, pretokenize, row_ids, special_segment_ids
 
 __all__ = ["ServingTokenizer", "chat_prompt_parts", "export_chat", "export_gpt"]
 
@@ -81,16 +81,7 @@ class ServingTokenizer(tf.Module):
         """GGUFTokenizer's: special tokens (and digits) as their own segments, the rest BPE-tokenized."""
         safe = tf.strings.regex_replace(text, r"\x00", "\x01")  # core_regex_split splits at NUL
         begin, end = core_regex_split(safe, self._isolate)
-        rows = _row_ids(begin)
-        segments = tf.strings.substr(tf.gather(text, rows), begin.flat_values, end.flat_values - begin.flat_values)
-        special = self._special().lookup(segments)
-        is_special = special >= 0
-        plain = self._ids(tf.where(is_special, tf.constant(""), segments)).with_row_splits_dtype(tf.int64)
-        specials = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(special, is_special),
-                                                    tf.cast(is_special, tf.int64))
-        per_segment = tf.concat([specials, plain], axis=1)  # each segment is one or the other
-        return tf.RaggedTensor.from_row_splits(per_segment.flat_values,
-                                               tf.gather(per_segment.row_splits, begin.row_splits))
+        return special_segment_ids(text, begin, end, row_ids(begin), self._special(), self._ids)
 
     def _ids(self, text):
         pieces = pretokenize(text, split=core_regex_split)

@@ -69,7 +69,7 @@ import tempfile
 
 import numpy as np
 
-from .llama_checkpoint import EMBEDDING, LM_HEAD, _hf_shape, _tensor_map, _to_keras
+from .llama_checkpoint import EMBEDDING, LM_HEAD, hf_shape, tensor_map, to_keras
 from .model import GPT, GPTConfig
 
 __all__ = ["SUPPORTED_TYPES", "apply_chat_template", "generate_chat", "load_gguf", "permute_rope_rows",
@@ -275,12 +275,12 @@ def _read_weights(reader, tensors, config, path):
 
 def _assign(model, weights, path):
     mismatched, assignments = [], []
-    for name, variable, in_axes in _tensor_map(model):
-        expected = _hf_shape(variable.shape, in_axes)
+    for name, variable, in_axes in tensor_map(model):
+        expected = hf_shape(variable.shape, in_axes)
         if tuple(weights[name].shape) != expected:
             mismatched.append(f"{name} {tuple(weights[name].shape)} (expected {expected})")
         else:
-            assignments.append((variable, _to_keras(weights[name], variable.shape, in_axes)))
+            assignments.append((variable, to_keras(weights[name], variable.shape, in_axes)))
     if mismatched:
         raise ValueError(f"{path!r}: tensor shapes do not fit the metadata's sizes (Hugging Face names): "
                          f"{mismatched}.")
@@ -330,7 +330,7 @@ def _tokenizer_class():
         return _TOKENIZER_CLASS[0]
     import tensorflow as tf
 
-    from .tokenizer import BYTE_SYMBOLS, GPT2Tokenizer, pretokenize
+    from .tokenizer import BYTE_SYMBOLS, GPT2Tokenizer, pretokenize, special_segment_ids
 
     class GGUFTokenizer(GPT2Tokenizer):
         """:class:`GPT2Tokenizer` with more special tokens and, optionally, isolated digits.
@@ -403,16 +403,7 @@ def _tokenizer_class():
 
             safe = tf.strings.regex_replace(text, r"\x00", "\x01")  # regex_split stops at NUL
             _, begin, end = tf_text.regex_split_with_offsets(safe, self._isolate, self._isolate)
-            rows = begin.value_rowids()
-            segments = tf.strings.substr(tf.gather(text, rows), begin.flat_values, end.flat_values - begin.flat_values)
-            special = self._special_table.lookup(segments)
-            is_special = special >= 0
-            plain = self._ids(tf.where(is_special, tf.constant(""), segments)).with_row_splits_dtype(tf.int64)
-            specials = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(special, is_special),
-                                                        tf.cast(is_special, tf.int64))
-            per_segment = tf.concat([specials, plain], axis=1)  # each segment is one or the other
-            return tf.RaggedTensor.from_row_splits(per_segment.flat_values,
-                                                   tf.gather(per_segment.row_splits, begin.row_splits))
+            return special_segment_ids(text, begin, end, begin.value_rowids(), self._special_table, self._ids)
 
     _TOKENIZER_CLASS.append(GGUFTokenizer)
     return GGUFTokenizer

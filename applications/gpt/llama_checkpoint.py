@@ -46,7 +46,7 @@ _BUFFER_SUFFIX = ".rotary_emb.inv_freq"
 # The name map
 
 
-def _tensor_map(model):
+def tensor_map(model):
     """``[(Hugging Face name, our variable, in_axes)]`` for every weight of a LLaMA-style GPT. ``in_axes`` > 0 for a
     kernel: its first in_axes axes are the Linear's input axis, the rest its output axis; 0: the same layout."""
     pairs = [(EMBEDDING, model.token_embedding.embeddings, 0)]
@@ -69,14 +69,16 @@ def _tensor_map(model):
     return pairs
 
 
-def _hf_shape(shape, in_axes):
+def hf_shape(shape, in_axes):
     """(out, in) of a Linear for a kernel of ``shape``; the shape itself otherwise."""
     if not in_axes:
         return tuple(shape)
     return (int(np.prod(shape[in_axes:])), int(np.prod(shape[:in_axes])))
 
 
-def _to_keras(tensor, shape, in_axes):
+def to_keras(tensor, shape, in_axes):
+    """A Hugging Face tensor in our variable's layout: a Linear's (out, in) weight transposed, then reshaped to
+    ``shape``."""
     return (tensor.T if in_axes else tensor).reshape(shape)
 
 
@@ -198,16 +200,16 @@ def load_hf_llama_checkpoint(directory, **overrides):
     ignored = sorted(name for name in remaining if name.endswith(_BUFFER_SUFFIX))
     remaining -= set(ignored)
     missing, mismatched, assignments = [], [], []
-    for name, variable, in_axes in _tensor_map(model):
+    for name, variable, in_axes in tensor_map(model):
         if name not in tensors:
             missing.append(name)
             continue
         remaining.discard(name)
-        expected = _hf_shape(variable.shape, in_axes)
+        expected = hf_shape(variable.shape, in_axes)
         if tuple(tensors[name].shape) != expected:
             mismatched.append(f"{name} {tuple(tensors[name].shape)} (expected {expected})")
         else:
-            assignments.append((variable, _to_keras(tensors[name], variable.shape, in_axes)))
+            assignments.append((variable, to_keras(tensors[name], variable.shape, in_axes)))
     if missing or remaining or mismatched:
         raise ValueError(
             f"{weights_path!r} does not fit the LLaMA-style GPT of {config_path!r}: missing tensors: {missing}; "
@@ -226,7 +228,7 @@ def save_hf_llama_checkpoint(model, directory):
         raise ValueError(f"`model` must be a GPT with architecture='llama'; received {model!r}.")
     tensors = {
         name: np.ascontiguousarray(_to_hf(np.asarray(ops.convert_to_numpy(variable.value), np.float32), in_axes))
-        for name, variable, in_axes in _tensor_map(model)
+        for name, variable, in_axes in tensor_map(model)
     }
     os.makedirs(directory, exist_ok=True)
     replace_atomically(os.path.join(directory, WEIGHTS_FILE),

@@ -219,7 +219,7 @@ def core_regex_split(text, pattern):
     lengths = tf.cast(tf.strings.length(pieces.flat_values), tf.int64)
     ends = tf.cumsum(lengths)
     row_start = tf.gather(tf.concat([[0], ends], axis=0), pieces.row_splits[:-1])  # bytes before each row
-    ends -= tf.gather(row_start, _row_ids(pieces))
+    ends -= tf.gather(row_start, row_ids(pieces))
     begin, end = pieces.with_flat_values(ends - lengths), pieces.with_flat_values(ends)
     keep = pieces.with_flat_values(lengths > 0)
     return tf.ragged.boolean_mask(begin, keep), tf.ragged.boolean_mask(end, keep)
@@ -240,22 +240,36 @@ def pretokenize(text, split=_tensorflow_text_split):
     text = tf.convert_to_tensor(text, tf.string)
     safe = tf.strings.regex_replace(text, r"\x00", "\x01")  # regex_split stops at NUL; \x01 is classed the same
     begin, end = split(safe, _SEGMENT_PATTERN)
-    rows, begin, end = _row_ids(begin), begin.flat_values, end.flat_values
+    rows, begin, end = row_ids(begin), begin.flat_values, end.flat_values
     unit_rows, unit_begin, unit_end = _units(tf.gather(safe, rows), rows, begin, end)
     units = tf.strings.substr(tf.gather(safe, unit_rows), unit_begin, unit_end - unit_begin)
     begin, end = split(units, _WORD_PATTERN)
-    unit_of_piece = _row_ids(begin)
+    unit_of_piece = row_ids(begin)
     piece_rows, offset = tf.gather(unit_rows, unit_of_piece), tf.gather(unit_begin, unit_of_piece)
     begin, end = begin.flat_values + offset, end.flat_values + offset
     pieces = tf.strings.substr(tf.gather(text, piece_rows), begin, end - begin)
     return tf.RaggedTensor.from_value_rowids(pieces, piece_rows, nrows=tf.shape(text, out_type=tf.int64)[0])
 
 
-def _row_ids(ragged):
+def row_ids(ragged):
     """The row of each value of a 2-D ragged tensor, (N,) int64. ``RaggedTensor.value_rowids`` builds a dense
     (rows, longest row) tensor on the way (tf.repeat), which a batch of long documents cannot afford."""
     splits = ragged.row_splits
     return tf.searchsorted(splits[1:], tf.range(splits[-1], dtype=splits.dtype), side="right", out_type=splits.dtype)
+
+
+def special_segment_ids(text, begin, end, rows, special_table, tokenize):
+    """Token ids of ``text`` (B,) cut into segments [begin, end) (ragged (B, None) byte offsets; ``rows``: the row
+    of each segment): a segment that ``special_table`` maps to an id (>= 0) is that one special token, the others
+    are ``tokenize``d (a (N,) string tensor -> ragged ids). Returns ragged (B, None) ids."""
+    segments = tf.strings.substr(tf.gather(text, rows), begin.flat_values, end.flat_values - begin.flat_values)
+    special = special_table.lookup(segments)
+    is_special = special >= 0
+    plain = tokenize(tf.where(is_special, tf.constant(""), segments)).with_row_splits_dtype(tf.int64)
+    specials = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(special, is_special), tf.cast(is_special, tf.int64))
+    per_segment = tf.concat([specials, plain], axis=1)  # each segment is one or the other
+    return tf.RaggedTensor.from_row_splits(per_segment.flat_values, tf.gather(per_segment.row_splits,
+                                                                              begin.row_splits))
 
 
 def _units(source, rows, begin, end):
