@@ -370,13 +370,7 @@ def _tokenizer_class():
         def _detokenize_batch(self, ids):
             # keras-hub's detokenize (tokens -> byte symbols -> bytes) with each special token written as the byte
             # symbols of its text, so that a special token holding other characters (a space) comes back whole.
-            values = ids.flat_values
-            checks = [
-                tf.debugging.assert_non_negative(values, message="`ids` holds a negative id"),
-                tf.debugging.assert_less(values, self.vocabulary_size, message="`ids` holds an id >= vocabulary_size"),
-            ]
-            with tf.control_dependencies(checks):
-                symbols = ids.with_flat_values(tf.gather(self._symbols, values))
+            symbols = ids.with_flat_values(tf.gather(self._symbols, self._checked(ids.flat_values)))
             characters = tf.strings.unicode_split(tf.strings.reduce_join(symbols, axis=-1), "UTF-8")
             return tf.strings.reduce_join(self.bpe.unicode2byte.lookup(characters), axis=-1)
 

@@ -424,15 +424,18 @@ class GPT2Tokenizer(TokenLookup):
         """
         return super().detokenize(ids)
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)])
-    def _detokenize_batch(self, ids):
-        values = ids.flat_values
+    def _checked(self, values):
+        """``values`` (ids) after in-graph assertions that each is in [0, vocabulary_size)."""
         checks = [
             tf.debugging.assert_non_negative(values, message="`ids` holds a negative id"),
             tf.debugging.assert_less(values, self.vocabulary_size, message="`ids` holds an id >= vocabulary_size"),
         ]
         with tf.control_dependencies(checks):
-            return self.bpe.detokenize(tf.identity(ids))
+            return tf.identity(values)
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)])
+    def _detokenize_batch(self, ids):
+        return self.bpe.detokenize(ids.with_flat_values(self._checked(ids.flat_values)))
 
 
 # ----------------------------------------------------------------------------------------------------------------
