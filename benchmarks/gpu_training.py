@@ -1,7 +1,7 @@
 """GPU training against keras-hub: attnlayers' GPT and BERT against keras-hub's GPT2CausalLM and BertMaskedLM of the
 same sizes, trained side by side in one process, and cached greedy generation against GPT2CausalLM.generate.
 
-    KERAS_BACKEND=jax python benchmarks/gpu_training.py --size full --json results/gpu_training.json --markdown
+    KERAS_BACKEND=jax python benchmarks/gpu_training.py --size full --parts gpt --isolate --json gpt.json --markdown
     python benchmarks/gpu_training.py --size tiny --steps 2          # a smoke run on CPU (TensorFlow or JAX)
 
 Made for the JAX backend on a GPU (the machine has no TensorFlow); it runs under TensorFlow too. Parts (--parts):
@@ -34,7 +34,10 @@ Training is measured two ways, on random tokens, with ``jit_compile=True`` and t
 - train_on_batch: each model's own (keras-hub's converts the inputs to tensors, then calls keras').
   The median of --steps calls after one warm-up call (each call returns its logs: one sync a step).
 
-The sides run one after the other (keras-hub first); the first is freed before the second is built. Each row
+The sides run one after the other (keras-hub first); the first is freed before the second is built. With
+--isolate each side of a training part runs in a fresh process of this script instead: on an H100 the model compiled
+second in one process got float32 (TF32) cuBLAS GEMMs for its projections and ran 1.6-1.8x slower than in a process
+of its own (benchmarks/README.md), so GPU comparisons use --isolate. Each row
 reports, per side: the step time (ms; for generation, a whole generate call); tokens/s (B x T / step time; for
 generation, the B x new generated tokens / call time); MFU = (6 N + 12 L d T) x tokens/s / peak FLOP/s, N being
 ours' weight count on both sides (so the MFU ratio is the throughput ratio), the peak 989e12 (H100 / H200, bf16
@@ -230,6 +233,41 @@ class Memory:
         return None, None
 
 
+class Profiler:
+    """--profile DIR (JAX): a profiler trace of a few steps of each side, kept as ``DIR/NAME.xplane.pb`` (XPlane:
+    every GPU kernel with its XLA op and the op's name scope; ``benchmarks/xplane_summary.py`` sums it)."""
+
+    def __init__(self, directory):
+        self.directory = directory if BACKEND == "jax" else None
+
+    def capture(self, name, call, times, log):
+        if self.directory is None:
+            return None
+        import glob
+        import shutil
+        import tempfile
+
+        import jax
+
+        scratch = tempfile.mkdtemp()
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # the device's kernels and XLA's ops; no Python frames
+        options.enable_hlo_proto = False
+        with jax.profiler.trace(scratch, profiler_options=options):
+            for _ in range(times):
+                jax.block_until_ready(call())
+        found = glob.glob(os.path.join(scratch, "**", "*.xplane.pb"), recursive=True)
+        if not found:
+            log(f"    (profile {name}: the trace wrote no .xplane.pb)")
+            return None
+        os.makedirs(self.directory, exist_ok=True)
+        target = os.path.join(self.directory, f"{name}.xplane.pb")
+        shutil.move(found[0], target)
+        shutil.rmtree(scratch, ignore_errors=True)
+        log(f"    profile of {times} calls: {target}")
+        return target
+
+
 def train_step_bytes(model, batch):
     """XLA's plan for keras' compiled JAX train step of ``model`` on ``batch`` = (x, y, sample_weight)."""
     jitted = _jitted_in(model.train_function)
@@ -345,7 +383,7 @@ def repeat_batches(data):
         yield from data
 
 
-def train_side(part, role, sizes, batches, steps, memory, log):
+def train_side(part, role, sizes, batches, steps, memory, profiler, log):
     """Builds one side, times fit then train_on_batch; returns {"fit": {...}, "train_on_batch": {...}, ...}."""
     build = build_gpt if part == "gpt" else build_bert
     memory.start()
@@ -380,10 +418,14 @@ def train_side(part, role, sizes, batches, steps, memory, log):
     tob_ms = statistics.median(samples)
     log(f"  [{part}] {role:9s} train_on_batch: {tob_ms:9.2f} ms/step (median of {steps}; warm-up call "
         f"{warmup_s:.1f} s)")
+    begin = time.perf_counter()
     peak, source = memory.side_peak(lambda: train_step_bytes(model, data[0]))
+    log(f"  [{part}] {role:9s} memory plan read in {time.perf_counter() - begin:.1f} s")
+    profile = profiler.capture(f"{part}-{role}", lambda: model.train_on_batch(x, y, sample_weight=weights), 3, log)
     result = {
         "label": label, "parameters": int(model.count_params()), "peak_bytes": peak, "memory_source": source,
-        "unbuilt_layers": unbuilt,
+        "process": os.getpid(),
+        "unbuilt_layers": unbuilt, "profile": profile,
         "process_peak_bytes": memory.process_peak(),
         "fit": {"step_ms": fit_ms, "first_epoch_s": timer.seconds[0], "epoch_s": timer.seconds},
         "train_on_batch": {"step_ms": tob_ms, "samples_ms": samples, "warmup_s": warmup_s},
@@ -391,11 +433,36 @@ def train_side(part, role, sizes, batches, steps, memory, log):
     return result
 
 
-def measure_training(part, sizes, steps, flops_rate, memory, log):
-    batches = (gpt_batches if part == "gpt" else bert_batches)(sizes, min(steps, DISTINCT_BATCHES), seed=1)
+def training_batches(part, sizes, steps):
+    return (gpt_batches if part == "gpt" else bert_batches)(sizes, min(steps, DISTINCT_BATCHES), seed=1)
+
+
+def isolated_side(part, role, forward, log):
+    """``--isolate``: one side trained in a fresh process of this script; returns its :func:`train_side` dict."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "side.json")
+        command = [sys.executable, os.path.abspath(__file__), *forward, "--parts", part, "--side", role,
+                   "--side-json", path]
+        returncode = subprocess.run(command, check=False).returncode
+        if returncode != 0:
+            raise RuntimeError(f"the {role} side of {part} failed in its own process (exit status {returncode})")
+        with open(path) as f:
+            return json.load(f)
+
+
+def measure_training(part, sizes, steps, flops_rate, memory, profiler, log, isolate=None):
+    """Both sides of a training part, one after the other in this process, or each in a fresh process when
+    ``isolate`` holds the arguments to forward to it."""
+    batches = training_batches(part, sizes, steps)
     sides = {}
     for role in ("peer", "ours"):
-        sides[role] = train_side(part, role, sizes, batches, steps, memory, log)
+        if isolate is not None:
+            sides[role] = isolated_side(part, role, isolate, log)
+            continue
+        sides[role] = train_side(part, role, sizes, batches, steps, memory, profiler, log)
         free()
     parameters = sides["ours"]["parameters"]
     tokens = sizes["batch"] * sizes["length"]
@@ -415,6 +482,7 @@ def measure_training(part, sizes, steps, flops_rate, memory, log):
                 "mfu": None if flops_rate is None else flops_per_token * tokens_per_s / flops_rate,
                 "peak_bytes": side["peak_bytes"], "memory_source": side["memory_source"],
                 "process_peak_bytes": side["process_peak_bytes"], "unbuilt_layers": side["unbuilt_layers"],
+                "process": side["process"], "profile": side["profile"],
                 **{k: v for k, v in side[method].items() if k != "step_ms"},
             }
         row["ratio"] = row["ours"]["step_ms"] / row["peer"]["step_ms"]
@@ -481,7 +549,7 @@ def time_calls(call, repeats):
     return first, statistics.median(samples), samples, out
 
 
-def measure_generation(sizes, generation, repeats, memory, log):
+def measure_generation(sizes, generation, repeats, memory, profiler, log):
     import keras_hub
     from attnlayers.applications.gpt import from_keras_hub
 
@@ -530,9 +598,11 @@ def measure_generation(sizes, generation, repeats, memory, log):
                 first, median, samples, out = time_calls(call, repeats)
                 tokens[role] = out
                 peak, source = memory.side_peak(bytes_of) if bytes_of else (None, None)
+                profile = profiler.capture(f"generate-b{batch}-{role}", call, 1, log) \
+                    if batch == max(generation["batches"]) else None
                 row[role] = {"label": label, "step_ms": median * 1e3, "tokens_per_s": batch * new / median,
                              "mfu": None, "first_call_s": first, "samples_ms": [s * 1e3 for s in samples],
-                             "peak_bytes": peak, "memory_source": source,
+                             "peak_bytes": peak, "memory_source": source, "profile": profile,
                              "process_peak_bytes": memory.process_peak()}
                 log(f"  [generate] batch {batch} {role:9s}: {median * 1e3:9.2f} ms per call ({new} new tokens, "
                     f"{batch * new / median:,.0f} tokens/s; first call {first:.1f} s)")
@@ -616,6 +686,14 @@ def parse_args(argv=None):
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's peak TFLOP/s for MFU (default: 989 for H100 / H200 under mixed_bfloat16)")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="JAX: keep a profiler trace of 3 train_on_batch steps of each training side and of one "
+                             "generate call per side at the largest batch, as DIR/NAME.xplane.pb")
+    parser.add_argument("--isolate", action="store_true",
+                        help="train each side of a training part in a fresh process of this script (XLA's choices "
+                             "for a model can depend on what the process compiled and freed before it)")
+    parser.add_argument("--side", choices=("peer", "ours"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--side-json", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None, metavar="PATH", help="write every row (and the settings) here")
     parser.add_argument("--markdown", action="store_true",
                         help="print the table for benchmarks/README.md with a line saying what ran")
@@ -625,6 +703,8 @@ def parse_args(argv=None):
     if unknown or not parts:
         parser.error(f"--parts: unknown {unknown}; choose from {list(PARTS)}")
     args.parts = parts
+    if args.side is not None and (len(parts) != 1 or parts[0] == "generate" or not args.side_json):
+        parser.error("--side takes one training part and --side-json")
     if args.steps is None:
         args.steps = 10 if args.size == "full" else 3
     for name in ("steps", "repeats"):
@@ -643,6 +723,7 @@ def main(argv=None):
     flops_rate = peak_flops(args, device, precision)
     sizes = SIZES[args.size]
     memory = Memory(device)
+    profiler = Profiler(args.profile)
 
     def log(message):
         print(message, flush=True)
@@ -651,15 +732,26 @@ def main(argv=None):
         f"{precision}, steps {args.steps}, generate repeats {args.repeats}, parts {','.join(args.parts)}, peak "
         f"{'n/a' if flops_rate is None else f'{flops_rate / 1e12:g} TFLOP/s'}, XLA_FLAGS "
         f"{os.environ.get('XLA_FLAGS', '(unset)')!r}")
+    if args.side is not None:  # one side of one training part, for --isolate
+        keras.config.set_dtype_policy(precision)
+        part = args.parts[0]
+        side = train_side(part, args.side, sizes[part], training_batches(part, sizes[part], args.steps), args.steps,
+                          memory, profiler, log)
+        with open(args.side_json, "w") as f:
+            json.dump(side, f, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
+        return 0
+    forward = ["--size", args.size, "--precision", precision, "--steps", str(args.steps)] + (
+        ["--profile", args.profile] if args.profile else [])
     rows, notes = [], []
     for part in args.parts:
         try:
             if part == "generate":
-                rows += measure_generation(sizes["gpt"], sizes["generate"], args.repeats, memory, log)
+                rows += measure_generation(sizes["gpt"], sizes["generate"], args.repeats, memory, profiler, log)
             else:
                 keras.config.set_dtype_policy(precision)
                 try:
-                    rows += measure_training(part, sizes[part], args.steps, flops_rate, memory, log)
+                    rows += measure_training(part, sizes[part], args.steps, flops_rate, memory, profiler, log,
+                                             isolate=forward if args.isolate else None)
                 finally:
                     keras.config.set_dtype_policy("float32")
         except Exception:  # noqa: BLE001  -- a part that fails is reported and the others still run

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_training.py"
-ROWS = {("gpt", "fit"), ("gpt", "train_on_batch"), ("bert", "fit"), ("bert", "train_on_batch"),
-        ("generate", "generate, batch 1"), ("generate", "generate, batch 8")}
+# The gpt part runs in test_isolated_sides_and_their_profiles (each side in its own process).
+ROWS = {("bert", "fit"), ("bert", "train_on_batch"), ("generate", "generate, batch 1"), ("generate", "generate, batch 8")}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("keras_hub") is None,
@@ -23,7 +23,8 @@ ROWS = {("gpt", "fit"), ("gpt", "train_on_batch"), ("bert", "fit"), ("bert", "tr
 def test_gpu_training_benchmark_runs_every_part_at_tiny_size(tmp_path):
     out = tmp_path / "gpu_training.json"
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    argv = ["--size", "tiny", "--steps", "2", "--repeats", "1", "--json", str(out), "--markdown"]
+    argv = ["--size", "tiny", "--steps", "2", "--repeats", "1", "--parts", "bert,generate", "--json", str(out),
+            "--markdown"]
     run = subprocess.run([sys.executable, str(SCRIPT), *argv], check=False, env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -44,4 +45,36 @@ def test_gpu_training_benchmark_runs_every_part_at_tiny_size(tmp_path):
         if row["part"] == "generate":
             assert row["prompt_kept"] and row["tokens_compared"] == row["batch"] * row["new_tokens"]
             assert row["tokens_agree"] == row["tokens_compared"], row  # the same weights: the same greedy tokens
-    assert "| GPT-2 training (B 2 x T 32) | fit |" in run.stdout  # the --markdown table
+    assert "| BERT MLM training (B 2 x T 32) | fit |" in run.stdout  # the --markdown table
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("keras_hub") is None,
+                    reason="needs jax (the jax extra) and keras_hub")
+def test_isolated_sides_and_their_profiles(tmp_path):
+    """--isolate trains each side in its own process and merges the two into the same rows; --profile keeps a trace
+    per side, which xplane_summary.py reads (on a CPU the trace holds no GPU kernels: it says so with zero time)."""
+    out, profiles = tmp_path / "gpt.json", tmp_path / "profiles"
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    argv = ["--size", "tiny", "--steps", "2", "--parts", "gpt", "--isolate", "--profile", str(profiles),
+            "--json", str(out)]
+    run = subprocess.run([sys.executable, str(SCRIPT), *argv], check=False, env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["part"], r["method"]) for r in rows} == {("gpt", "fit"), ("gpt", "train_on_batch")}
+    pids = set()
+    for row in rows:
+        assert row["ratio"] == pytest.approx(row["ours"]["step_ms"] / row["peer"]["step_ms"])
+        for role in ("peer", "ours"):
+            assert row[role]["profile"] == str(profiles / f"gpt-{role}.xplane.pb")
+            pids.add((role, row[role]["process"]))
+    assert len({pid for _, pid in pids}) == 2  # one process per side
+    spec = importlib.util.spec_from_file_location("xplane_summary", SCRIPT.parent / "xplane_summary.py")
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    assert summary.load_events(str(profiles / "gpt-ours.xplane.pb")) == []  # no GPU plane on a CPU
+    assert summary.instruction("fusion_3271", {"hlo_op": "command_buffer_1"}) == "fusion.3271"
+    assert summary.instruction("nvjet_sm90_tst_128x160", {"hlo_op": "command_buffer_1"}) is None
+    assert summary.instruction("x", {"hlo_op": "custom-call.48"}) == "custom-call.48"
+    assert summary.layer_kind("jit(train_step)/transpose(jvp(decoder))/transformerdecoderblock_11/self_attention/"
+                              "dropout/select_n") == "decoder/transformerdecoderblock/self_attention/dropout (backward)"
