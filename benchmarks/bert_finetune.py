@@ -32,7 +32,7 @@ import bert_pretraining  # noqa: E402
 import runs  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "bert" / "finetune"
-PRETRAINED = bert_pretraining.RESULTS / bert_pretraining.run_name("tiny", 0, 20)
+PRETRAINED = bert_pretraining.RESULTS / bert_pretraining.run_name("tiny", 0, 20, bert_pretraining.RECIPE_NSP_WEIGHT)
 
 
 def parse_args(argv=None):

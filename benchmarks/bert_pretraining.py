@@ -22,10 +22,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "bert" / "pretraining"
+RECIPE_NSP_WEIGHT = 0.1  # PretrainingSettings().nsp_weight, without importing the library (checked by a test)
 
 
-def run_name(config, seed, minutes):
-    return f"{config}-seed{seed}-{minutes:g}min"
+def run_name(config, seed, minutes, nsp_weight=1.0):
+    return f"{config}-seed{seed}-{minutes:g}min" + ("" if nsp_weight == 1.0 else f"-nsp{nsp_weight:g}")
 
 
 def parse_args(argv=None):
@@ -40,6 +41,8 @@ def parse_args(argv=None):
                         help=f"BERT size (default: the recipe's, {default.config})")
     parser.add_argument("--batch-size", type=int, default=default.batch_size)
     parser.add_argument("--learning-rate", type=float, default=default.learning_rate)
+    parser.add_argument("--nsp-weight", type=float, default=default.nsp_weight,
+                        help=f"the loss is MLM + this x NSP (default: the recipe's, {default.nsp_weight:g})")
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS,
                         help="where each run's folder (results.json + checkpoint) is written")
     parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
@@ -52,9 +55,10 @@ def run(args):
 
     keras.utils.set_random_seed(args.seed)
     settings = PretrainingSettings(config=args.config, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                                   nsp_weight=args.nsp_weight,
                                    minutes=args.minutes, seed=args.seed)
     record = runs.machine_record()
-    return run_pretraining(settings, args.results / run_name(args.config, args.seed, args.minutes), verbose=2,
+    return run_pretraining(settings, args.results / run_name(args.config, args.seed, args.minutes, args.nsp_weight), verbose=2,
                            record=record, tensorboard=False, backup=False)
 
 

@@ -333,12 +333,15 @@ class BertPretrainer(BertTask):
         return super().compute_metrics(x, y, y_pred, self._sample_weight(y, sample_weight))
 
     def compile_for_pretraining(self, learning_rate=1e-4, warmup_steps=10_000, total_steps=1_000_000,
-                                weight_decay=0.01, **kwargs):
+                                weight_decay=0.01, nsp_weight=1.0, **kwargs):
         """``compile`` as BERT pretrains (appendix A.2): :func:`bert_optimizer` (AdamW, linear warm-up to
         ``learning_rate`` over ``warmup_steps``, linear decay to 0 at ``total_steps``, no decay of LayerNorm
-        and bias weights), the loss MLM + NSP and the accuracies. ``kwargs`` go to ``compile``
-        (e.g. ``jit_compile``, ``steps_per_execution``)."""
+        and bias weights), the loss MLM + ``nsp_weight`` x NSP (BERT's sum: 1.0) and the accuracies. ``kwargs``
+        go to ``compile`` (e.g. ``jit_compile``, ``steps_per_execution``)."""
+        if not isinstance(nsp_weight, (int, float)) or isinstance(nsp_weight, bool) or not nsp_weight >= 0:
+            raise ValueError(f"`nsp_weight` must be a number >= 0; received {nsp_weight!r}.")
         self.compile(
+            loss_weights={"mlm": 1.0, "nsp": float(nsp_weight)},
             optimizer=bert_optimizer(learning_rate, warmup_steps, total_steps, weight_decay),
             loss={
                 # the mean over real predictions: sum(w * nll) / sum(w)

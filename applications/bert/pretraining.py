@@ -15,6 +15,7 @@ and the backbone saved as a Hugging Face checkpoint with its vocab.txt.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 
@@ -42,6 +43,9 @@ class PretrainingSettings:
         max_predictions: P, masked tokens per sequence (BERT's 20 for L = 128).
         batch_size, learning_rate (the peak), warmup_fraction (of the run), weight_decay: BERT's AdamW (the
             peak's measurement: benchmarks/README.md, BERT).
+        nsp_weight: the loss is MLM + nsp_weight x NSP. BERT sums the two (1.0); at 1.0 the masked LM of a
+            small BERT stays at the unigram stage for thousands of steps, and 0.1 lets it learn from context
+            (benchmarks/README.md, BERT).
         whole_word_masking: mask every piece of a chosen word.
         held_out: the share of documents (chapters) held out for evaluation.
         minutes: the training budget, or None. epochs: passes over the pairs (None: 10, or until the budget).
@@ -56,6 +60,7 @@ class PretrainingSettings:
     learning_rate: float = 1e-3
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
+    nsp_weight: float = 0.1
     whole_word_masking: bool = False
     held_out: float = 0.05
     minutes: float | None = None
@@ -212,7 +217,8 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
                                max_sequence_length=settings.sequence_length)
     with strategy.scope():
         model = BertPretrainer(built_backbone(config))
-        schedule = compile_budgeted(model, model.compile_for_pretraining, settings.learning_rate,
+        schedule = compile_budgeted(model, functools.partial(model.compile_for_pretraining,
+                                                             nsp_weight=settings.nsp_weight), settings.learning_rate,
                                     settings.warmup_fraction, settings.weight_decay, settings.minutes)
     learned = None if vocabulary else settings.vocabulary_size
     print(f"data: {len(train_documents)} training / {len(held_documents)} held-out documents; "

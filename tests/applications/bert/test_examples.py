@@ -261,8 +261,10 @@ def test_benchmark_tables_read_the_results(pretrained, tmp_path, capsys):
     assert pretraining.main(["--table", "--results", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "| task | init | seed | minutes | steps | metric | baseline |"
-    assert lines[2].startswith("| pretraining (tiny, lr 0.001) | random | 0 | - |")
+    assert lines[2].startswith("| pretraining (tiny, lr 0.001, NSP weight 0.1) | random | 0 | - |")
     assert "most frequent token" in lines[2]
+    # The benchmarks name the recipe's checkpoint without importing the library: the same NSP weight.
+    assert pretraining.RECIPE_NSP_WEIGHT == recipes.PretrainingSettings().nsp_weight
 
 
 def test_recipes_re_exports_the_modules_that_hold_the_runs():

@@ -116,6 +116,13 @@ def test_loss_is_mlm_over_real_predictions_plus_nsp(model):
     # compute_loss with only {"mlm": weights}, the pretraining data's structure: the same total.
     loss = model.compute_loss(features, labels, out, weights, training=False)
     np.testing.assert_allclose(_np(loss), mlm + nsp, rtol=1e-5)
+    # The recipe's weighting: MLM + nsp_weight x NSP.
+    model.compile_for_pretraining(1e-3, warmup_steps=10, total_steps=100, nsp_weight=0.1)
+    loss = model.compute_loss(features, labels, out, weights, training=False)
+    np.testing.assert_allclose(_np(loss), mlm + 0.1 * nsp, rtol=1e-5)
+    for bad in (-1.0, "0.1", None, True):
+        with pytest.raises(ValueError, match="nsp_weight"):
+            model.compile_for_pretraining(nsp_weight=bad)
 
 
 def test_padded_predictions_do_not_change_the_loss(model):
