@@ -437,7 +437,7 @@ def training_batches(part, sizes, steps):
     return (gpt_batches if part == "gpt" else bert_batches)(sizes, min(steps, DISTINCT_BATCHES), seed=1)
 
 
-def isolated_side(part, role, forward, log):
+def isolated_side(part, role, forward):
     """``--isolate``: one side trained in a fresh process of this script; returns its :func:`train_side` dict."""
     import subprocess
     import tempfile
@@ -460,7 +460,7 @@ def measure_training(part, sizes, steps, flops_rate, memory, profiler, log, isol
     sides = {}
     for role in ("peer", "ours"):
         if isolate is not None:
-            sides[role] = isolated_side(part, role, isolate, log)
+            sides[role] = isolated_side(part, role, isolate)
             continue
         sides[role] = train_side(part, role, sizes, batches, steps, memory, profiler, log)
         free()

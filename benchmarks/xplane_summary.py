@@ -2,12 +2,13 @@
 per step by XLA op, and, given XLA's optimized HLO of the same program, by the layer path in the op's name.
 
     python benchmarks/xplane_summary.py gpt-ours.xplane.pb --steps 3
-    python benchmarks/xplane_summary.py gpt-ours.xplane.pb --steps 3 --hlo module_0042.jit_train_step.sm_9.0a_gpu_after_optimizations.txt
+    H=DUMP/module_0042.jit_train_step.sm_9.0a_gpu_after_optimizations.txt
+    python benchmarks/xplane_summary.py gpt-ours.xplane.pb --steps 3 --hlo "$H"
 
-The HLO comes from the machine that ran the trace (``XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_module_re=.*train_step.*``;
-same program, same op names). With XLA's command buffers on (its default on a GPU) a kernel's own XLA op is
-only known for fusions (the kernel carries the fusion's name); cuBLAS calls read as "GEMM (cuBLAS)". Add
-``--xla_gpu_enable_command_buffer=`` to name them all.
+The HLO comes from the machine that ran the trace
+(``XLA_FLAGS="--xla_dump_to=DUMP --xla_dump_hlo_module_re=.*train_step.*"``; same program, same op names). With
+XLA's command buffers on (its default on a GPU) a kernel's own XLA op is only known for fusions (the kernel carries
+the fusion's name); cuBLAS calls read as "GEMM (cuBLAS)". Add ``--xla_gpu_enable_command_buffer=`` to name them all.
 
 Reading the trace needs the XPlane protocol buffer, which TensorFlow ships (the machine that runs the tests has it).
 """
