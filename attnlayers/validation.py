@@ -38,6 +38,13 @@ def non_negative_int(value, name):
     return int(value)
 
 
+def non_negative_number(value, name):
+    """``value`` as a float >= 0 (not NaN); else a ValueError naming ``name``."""
+    if not is_number(value) or not value >= 0:
+        raise ValueError(f"`{name}` must be a number >= 0; received {name}={value!r}.")
+    return float(value)
+
+
 def positive_number(value, name, *, what=None):
     """``value`` as a float > 0; else a ValueError naming ``name``."""
     if not is_number(value) or not value > 0:

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from attnlayers.validation import check_rank, format_shape, positive_int
+from attnlayers.validation import check_rank, format_shape, non_negative_number, positive_int
 
 from ..core.optimizers import decoupled_adamw, no_weight_decay
 from ..core.schedules import WarmupLinearDecay
@@ -338,10 +338,9 @@ class BertPretrainer(BertTask):
         ``learning_rate`` over ``warmup_steps``, linear decay to 0 at ``total_steps``, no decay of LayerNorm
         and bias weights), the loss MLM + ``nsp_weight`` x NSP (BERT's sum: 1.0) and the accuracies. ``kwargs``
         go to ``compile`` (e.g. ``jit_compile``, ``steps_per_execution``)."""
-        if not isinstance(nsp_weight, (int, float)) or isinstance(nsp_weight, bool) or not nsp_weight >= 0:
-            raise ValueError(f"`nsp_weight` must be a number >= 0; received {nsp_weight!r}.")
+        nsp_weight = non_negative_number(nsp_weight, "nsp_weight")
         self.compile(
-            loss_weights={"mlm": 1.0, "nsp": float(nsp_weight)},
+            loss_weights={"mlm": 1.0, "nsp": nsp_weight},
             optimizer=bert_optimizer(learning_rate, warmup_steps, total_steps, weight_decay),
             loss={
                 # the mean over real predictions: sum(w * nll) / sum(w)

@@ -120,7 +120,7 @@ def test_loss_is_mlm_over_real_predictions_plus_nsp(model):
     model.compile_for_pretraining(1e-3, warmup_steps=10, total_steps=100, nsp_weight=0.1)
     loss = model.compute_loss(features, labels, out, weights, training=False)
     np.testing.assert_allclose(_np(loss), mlm + 0.1 * nsp, rtol=1e-5)
-    for bad in (-1.0, "0.1", None, True):
+    for bad in (-1.0, float("nan"), "0.1", None, True):
         with pytest.raises(ValueError, match="nsp_weight"):
             model.compile_for_pretraining(nsp_weight=bad)
 
