@@ -12,7 +12,7 @@ turn; the answer is cut at <|im_end|> (the end of the assistant's turn). Decodin
 is given (> 0: sampling, with --top-k / --top-p / --seed); it runs as one XLA-compiled loop, compiled at the first
 answer (and again when the conversation grows past another 64 tokens): the tokens/s line after each answer counts
 the compilation on those turns (and says so). --eager runs the loop without compiling it: slower per token
-(SmolLM2-135M on 2 CPUs: ~2.5 against ~25 tokens/s) but without the ~35 s compilation, so quicker for one short
+(SmolLM2-135M on 2 CPUs: ~2.5 against ~38 tokens/s) but without the ~25-35 s compilation, so quicker for one short
 answer.
 
 --export DIR writes a SavedModel with a "chat" signature (message strings in, the answers out: greedy,
