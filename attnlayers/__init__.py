@@ -19,6 +19,7 @@ from attnlayers import (  # noqa: E402
     masking,
     normalization,
     positional,
+    rollout,
     scoring,
     stop_strings,
     validation,
@@ -40,6 +41,7 @@ from attnlayers.linformer import LinformerAttention
 from attnlayers.local import LocalAttention
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.normalization import RMSNorm
+from attnlayers.patches import ClassToken, PatchEmbedding
 from attnlayers.positional import (
     ALiBi,
     PositionEmbedding,
@@ -50,6 +52,8 @@ from attnlayers.positional import (
     relative_position_bucket,
 )
 from attnlayers.recurrent import AttentionRNNDecoder, BahdanauDecoder, LuongDecoder
+from attnlayers.rollout import attention_rollout
+from attnlayers.sagan import SelfAttention2D
 from attnlayers.scoring import (
     AdditiveScore,
     CosineScore,

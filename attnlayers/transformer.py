@@ -190,10 +190,11 @@ class _Block(keras.layers.Layer):
         return model_dim // self.num_heads
 
     def _attention(self, name, model_dim, query_shape, value_shape):
-        # attention_kwargs may override use_bias and implementation
-        kwargs = {"use_bias": self.use_bias, "implementation": self.implementation, **self.attention_kwargs}
+        # attention_kwargs may override use_bias, implementation and the attention weights' dropout
+        kwargs = {"use_bias": self.use_bias, "implementation": self.implementation, "dropout": self.dropout,
+                  **self.attention_kwargs}
         layer = MultiHeadAttention(
-            num_heads=self.num_heads, key_dim=self._key_dim(model_dim), dropout=self.dropout,
+            num_heads=self.num_heads, key_dim=self._key_dim(model_dim),
             kernel_initializer=self.kernel_initializer, bias_initializer=self.bias_initializer, name=name,
             dtype=self.dtype_policy, **kwargs,
         )
@@ -360,7 +361,8 @@ class TransformerEncoderBlock(_Block):
         key_dim: per-head size; defaults to d_model / num_heads.
         kernel_initializer, bias_initializer: of every dense projection.
         attention_kwargs: extra ``MultiHeadAttention`` arguments (``score``, ``num_key_value_heads``,
-            ``rotary``, ``position_bias``, ``sliding_window``): behaviours compose in through the attention.
+            ``rotary``, ``position_bias``, ``sliding_window``): behaviours compose in through the attention;
+            ``dropout`` there sets the attention weights' own rate (ViT's attention_dropout).
         normalization: "layer" (LayerNorm, the default) or "rms" (:class:`~attnlayers.normalization.RMSNorm`, as
             in LLaMA), for every norm of the block (and the final norm of a pre-LN stack).
         use_bias: biases in the attention and feed-forward projections (False in LLaMA); the norms keep theirs.
