@@ -44,6 +44,11 @@ def parse_args(argv=None):
     parser.add_argument("--filters", type=lambda text: tuple(int(f) for f in text.split(",")), default=None,
                         help="the small CNN's channels per block for the attnlayers models, e.g. 32,64 (a 16 x 16 "
                              "grid); default: the encoder's 32,64,128 (8 x 8)")
+    parser.add_argument("--encoder", choices=("small", "vit"), default="small",
+                        help="the attnlayers models' image encoder: the small CNN (default) or a ViT over 8 x 8 "
+                             "patches (the same 8 x 8 grid)")
+    parser.add_argument("--self-attention", action="store_true",
+                        help="a SAGAN self-attention block on the small CNN's last feature map")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget (default 10)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="data, shuffle and initialization seed")
@@ -154,7 +159,8 @@ def run(args):
     else:
         model = build_captioner(args.model, vocabulary.vocabulary_size, seed=args.seed, image_size=IMAGE_SIZE,
                                 max_length=MAX_LENGTH, query=args.query, estimator=args.estimator,
-                                doubly_stochastic=args.doubly_stochastic,
+                                doubly_stochastic=args.doubly_stochastic, backbone=args.encoder,
+                                self_attention=args.self_attention,
                                 **({} if args.filters is None else {"filters": args.filters}))
         decoding = BeamSearch(args.beam_size)
 
@@ -176,6 +182,8 @@ def run(args):
     label = args.model + ("-gumbel" if gumbel else "") + (f"-{args.query}" if attends else "")
     label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
     label += "-filters" + "_".join(map(str, args.filters)) if args.filters and args.model != "keras_io" else ""
+    label += "-vit" if args.encoder == "vit" and args.model != "keras_io" else ""
+    label += "-sagan" if args.self_attention and args.model != "keras_io" else ""
     record = {"model": args.model, "query": args.query if attends else None,
               "doubly_stochastic": args.doubly_stochastic if attends else None,
               "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes,
@@ -183,7 +191,9 @@ def run(args):
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
               "cores": len(os.sched_getaffinity(0)),  # fewer than the machine's when pinned (taskset)
-              "filters": list((model.cnn if args.model == "keras_io" else model.encoder).filters)}
+              "filters": list((model.cnn if args.model == "keras_io" else model.encoder).filters),
+              "encoder": "small" if args.model == "keras_io" else args.encoder,
+              "self_attention": args.self_attention and args.model != "keras_io"}
     result = core.run_recipe(
         model, train, validation=validation, epochs=10_000,
         callbacks=[core.TimeBudget(args.minutes * 60), core.BestWeights("val_loss")], evaluate=evaluate_model,
@@ -199,19 +209,21 @@ def table(results_dir):
     rows = [r for r in rows if isinstance(r, dict) and "BLEU-4" in r]
     rows.sort(key=lambda r: (r["minutes"], r["seed"], CHOICES.index(r["model"]), r.get("query") or ""))
     print("| model | seed | minutes | cores | steps | decoding | BLEU-1 | BLEU-4 | CIDEr | exact | localization | "
-          "3+ objects: BLEU-4 | 3+: exact |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "pointing game | 3+ objects: BLEU-4 | 3+: exact |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        local = r.get("localization")
+        local, pointing = r.get("localization"), r.get("pointing_game")
         three = r["three_or_more_objects"]
         model = r["model"] + (" gumbel" if r.get("estimator") == "gumbel" else "") + (
             f" ({r['query']} query)" if r.get("query") else "") + (
             f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "") + (
-            f", {IMAGE_SIZE >> len(r['filters'])}x{IMAGE_SIZE >> len(r['filters'])} grid" if r.get("filters") else "")
+            f", {IMAGE_SIZE >> len(r['filters'])}x{IMAGE_SIZE >> len(r['filters'])} grid" if r.get("filters") else "") + (
+            ", ViT encoder" if r.get("encoder") == "vit" else "") + (", SAGAN block" if r.get("self_attention") else "")
         print(f"| {model} | {r['seed']} | {r['minutes']:g} | {r.get('cores', '?')} | {r['training']['steps']} | "
               f"{r['decoding']} | "
               f"{r['BLEU-1']:.1f} | {r['BLEU-4']:.1f} | {r['CIDEr']:.2f} | {r['exact_match']:.3f} | "
-              f"{'-' if local is None else f'{local:.3f}'} | {three['BLEU-4']:.1f} | {three['exact_match']:.3f} |")
+              f"{'-' if local is None else f'{local:.3f}'} | {'-' if pointing is None else f'{pointing:.3f}'} | "
+              f"{three['BLEU-4']:.1f} | {three['exact_match']:.3f} |")
 
 
 def main(argv=None):

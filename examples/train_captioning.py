@@ -53,8 +53,11 @@ def parse_args(argv=None):
                              "current for soft and previous for hard attention")
     parser.add_argument("--data", default="scenes", help="scenes | scenes:NUM_TRAIN | flickr8k:DIR | coco:DIR")
     parser.add_argument("--encoder", default="small",
-                        help="small (a CNN trained from scratch, default) or a keras.applications class name, "
-                             "e.g. MobileNetV2")
+                        help="small (a CNN trained from scratch, default), vit (a Vision Transformer trained from "
+                             "scratch: 8 x 8 patches, 2 layers, d 128; its patch tokens are the annotation vectors) "
+                             "or a keras.applications class name, e.g. MobileNetV2")
+    parser.add_argument("--self-attention", action="store_true",
+                        help="a SAGAN self-attention block on the small CNN's last feature map")
     parser.add_argument("--encoder-weights", default=None,
                         help="the backbone's weights: imagenet (downloads) or a local weights file (default: "
                              "random)")
@@ -138,7 +141,7 @@ def run(args):
     test = splits.test if splits.test.images is not None else predict.load_images(splits.test, args.image_size)
 
     encoder = dict(image_size=args.image_size, backbone=args.encoder, backbone_weights=args.encoder_weights,
-                   fine_tune=args.fine_tune)
+                   fine_tune=args.fine_tune, self_attention=args.self_attention)
     with strategy.scope():
         try:
             model = build_captioner(args.attention, vocabulary.vocabulary_size, estimator=args.estimator,
@@ -198,7 +201,8 @@ def run(args):
     query = getattr(getattr(model, "decoder", None), "query", None)  # the recipe's when --query is not given
     record = {"attention": args.attention, "estimator": args.estimator, "query": query, "data": args.data,
               "seed": args.seed,
-              "encoder": args.encoder, "image_size": args.image_size, "batch_size": args.batch_size,
+              "encoder": args.encoder, "self_attention": args.self_attention, "image_size": args.image_size,
+              "batch_size": args.batch_size,
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(
         model, train, validation=validation, epochs=args.epochs,  # resolved by parse_args

@@ -1,8 +1,11 @@
 """The image encoder of the captioners: images -> L = h * w annotation vectors a_i (Xu et al. 2015, section
 3.1.1: "the encoder ... extracts L vectors, each a D-dimensional representation of a part of the image").
 
-Default: a small CNN trained from scratch (works offline). Option: a ``keras.applications`` backbone by name,
-with ``weights=None``, ``"imagenet"`` (for users who are online) or a local weights file, frozen or fine-tuned.
+Default: a small CNN trained from scratch (works offline), optionally with a SAGAN self-attention block on its
+last feature map (``self_attention=True``). Options: ``backbone="vit"``, a Vision Transformer over image patches
+whose patch tokens are the annotation vectors (Dosovitskiy et al. 2021); a ``keras.applications`` backbone by
+name, with ``weights=None``, ``"imagenet"`` (for users who are online) or a local weights file, frozen or
+fine-tuned.
 
 Backend-agnostic (``keras.ops`` only).
 """
@@ -13,7 +16,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from attnlayers import PositionEmbedding
+from attnlayers import PatchEmbedding, PositionEmbedding, SelfAttention2D, TransformerEncoder
 from attnlayers.validation import positive_int
 
 PACKAGE = "attnlayers.captioning"
@@ -26,6 +29,8 @@ BACKBONES = {
     "EfficientNetB0": "efficientnet", "EfficientNetB1": "efficientnet", "DenseNet121": "densenet",
     "ConvNeXtTiny": "convnext",
 }
+# backbone="vit": the patch encoder's sizes (a 64-pixel image gives the small CNN's 8 x 8 grid); ``vit=`` overrides.
+VIT_ENCODER = {"patch_size": 8, "num_layers": 2, "num_heads": 4, "hidden_dim": 128, "mlp_dim": 256}
 
 
 def check_images(images, name="images"):
@@ -88,9 +93,16 @@ class ImageEncoder(keras.layers.Layer):
     Args:
         image_size: S, the side of the square input images (the pipeline and the export resize to it).
         backbone: "small" (default: ``len(filters)`` blocks of two 3x3 ReLU convolutions and a 2x2 max-pool,
-            trained from scratch; a 64-pixel image gives an 8 x 8 grid of ``filters[-1]`` features) or the
-            class name of a ``keras.applications`` model (a key of :data:`BACKBONES`), used without its top.
+            trained from scratch; a 64-pixel image gives an 8 x 8 grid of ``filters[-1]`` features), "vit" (a
+            Vision Transformer trained from scratch: P x P patches embedded, learned positions, pre-LN
+            Transformer layers; the (S / P)^2 patch tokens are the annotation vectors; sizes :data:`VIT_ENCODER`)
+            or the class name of a ``keras.applications`` model (a key of :data:`BACKBONES`), used without its
+            top.
         filters: the small CNN's channels per block.
+        self_attention: (small CNN) a SAGAN block (:class:`attnlayers.SelfAttention2D`, Zhang et al. 2019) on the
+            last feature map, so every annotation vector can take in the whole image (gamma starts at 0).
+        vit: (backbone "vit") overrides of :data:`VIT_ENCODER`: ``patch_size``, ``num_layers``, ``num_heads``,
+            ``hidden_dim``, ``mlp_dim``.
         weights: the backbone's weights: None (random), "imagenet" (downloads: online users only) or the path
             of a local weights file. Ignored by the small CNN.
         fine_tune: train the backbone's weights (False: frozen, a fixed feature extractor).
@@ -109,13 +121,38 @@ class ImageEncoder(keras.layers.Layer):
     """
 
     def __init__(self, image_size=64, backbone="small", filters=(32, 64, 128), weights=None, fine_tune=False,
-                 position_embedding=True, **kwargs):
+                 position_embedding=True, self_attention=False, vit=None, **kwargs):
         super().__init__(**kwargs)
         self.image_size = positive_int(image_size, "image_size")
         self.backbone_name, self.weights_source, self.fine_tune = backbone, weights, bool(fine_tune)
         self.filters = tuple(positive_int(f, "filters") for f in filters)
         self.use_position_embedding = bool(position_embedding)
-        if backbone == "small":
+        self.self_attention = bool(self_attention)
+        if self.self_attention and backbone != "small":
+            raise ValueError(f"`self_attention` adds a SAGAN block to the small CNN; received backbone={backbone!r}.")
+        if vit is not None and backbone != "vit":
+            raise ValueError(f"`vit` sizes the backbone 'vit'; received backbone={backbone!r}.")
+        self.vit = None
+        if backbone == "vit":
+            unknown = sorted(set(vit or {}) - set(VIT_ENCODER))
+            if unknown:
+                raise ValueError(f"Unknown `vit` sizes {unknown}; expected some of {sorted(VIT_ENCODER)}.")
+            self.vit = {k: positive_int(v, f"vit's {k}") for k, v in {**VIT_ENCODER, **(vit or {})}.items()}
+            if image_size % self.vit["patch_size"]:
+                raise ValueError(f"`image_size` ({image_size}) must be divisible by the ViT's patch_size "
+                                 f"({self.vit['patch_size']}).")
+            if self.vit["hidden_dim"] % self.vit["num_heads"]:
+                raise ValueError(f"the ViT's hidden_dim ({self.vit['hidden_dim']}) must be a multiple of its "
+                                 f"num_heads ({self.vit['num_heads']}).")
+            policy, v = self.dtype_policy, self.vit
+            self.layers_ = [
+                PatchEmbedding(v["patch_size"], v["hidden_dim"], dtype=policy, name="patch_embedding"),
+                _PatchPositions((image_size // v["patch_size"]) ** 2, dtype=policy, name="patch_positions"),
+                TransformerEncoder(v["num_layers"], v["num_heads"], v["mlp_dim"], activation="gelu",
+                                   normalize_first=True, layer_norm_epsilon=1e-6, dtype=policy, name="transformer"),
+            ]
+            self.preprocess = None
+        elif backbone == "small":
             if image_size % 2 ** len(self.filters):
                 raise ValueError(f"`image_size` ({image_size}) must be divisible by 2**len(filters) "
                                  f"({2 ** len(self.filters)}) for the small CNN.")
@@ -126,6 +163,8 @@ class ImageEncoder(keras.layers.Layer):
                     keras.layers.Conv2D(f, 3, padding="same", activation="relu", dtype=policy, name=f"conv{i}a"),
                     keras.layers.Conv2D(f, 3, padding="same", activation="relu", dtype=policy, name=f"conv{i}b"),
                     keras.layers.MaxPooling2D(2, dtype=policy, name=f"pool{i}")]
+            if self.self_attention:
+                self.layers_.append(SelfAttention2D(dtype=self.dtype_policy, name="self_attention"))
             self.preprocess = None
         elif backbone in BACKBONES:
             model = getattr(keras.applications, backbone)(include_top=False, weights=weights,
@@ -134,7 +173,7 @@ class ImageEncoder(keras.layers.Layer):
             self.layers_ = [model]
             self.preprocess = getattr(keras.applications, BACKBONES[backbone]).preprocess_input
         else:
-            raise ValueError(f"Unknown backbone {backbone!r}; expected 'small' or one of {sorted(BACKBONES)}.")
+            raise ValueError(f"Unknown backbone {backbone!r}; expected 'small', 'vit' or one of {sorted(BACKBONES)}.")
         self.position_embedding, self._grid = None, None
 
     @property
@@ -153,6 +192,9 @@ class ImageEncoder(keras.layers.Layer):
         for layer in self.layers_:
             layer.build(shape)
             shape = layer.compute_output_shape(shape)
+        if self.vit is not None:  # (B, N, D) patch tokens over the (S / P) x (S / P) grid
+            side = self.image_size // self.vit["patch_size"]
+            shape = (None, side, side, shape[-1])
         self._grid, self.feature_dim = (int(shape[1]), int(shape[2])), int(shape[3])
         if self.use_position_embedding:
             self.position_embedding = PositionEmbedding(self._grid[0] * self._grid[1], dtype=self.dtype_policy,
@@ -205,4 +247,28 @@ class ImageEncoder(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "image_size": self.image_size, "backbone": self.backbone_name,
                 "filters": list(self.filters), "weights": self.weights_source, "fine_tune": self.fine_tune,
-                "position_embedding": self.use_position_embedding}
+                "position_embedding": self.use_position_embedding, "self_attention": self.self_attention,
+                "vit": self.vit}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class _PatchPositions(keras.layers.Layer):
+    """x + E_pos: the ViT's learned patch positions (eq. 1; no class token), (B, N, D) -> (B, N, D)."""
+
+    def __init__(self, num_patches, **kwargs):
+        super().__init__(**kwargs)
+        self.num_patches = positive_int(num_patches, "num_patches")
+        self.positions = PositionEmbedding(num_patches, initializer=keras.initializers.RandomNormal(stddev=0.02),
+                                           dtype=self.dtype_policy, name="positions")
+
+    def build(self, inputs_shape):
+        self.positions.build(inputs_shape)
+
+    def call(self, inputs):
+        return inputs + self.positions(inputs)
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "num_patches": self.num_patches}

@@ -2,7 +2,7 @@
 
     scores = caption_metrics(hypotheses, references)     # {"BLEU-1".."BLEU-4": 0-100, "CIDEr": 0-10}
     exact_match(hypotheses, references)                  # share in [0, 1]
-    attention_localization(weights, (7, 7), (112, 112), boxes, word_objects)   # {"localization": ..., ...}
+    attention_localization(weights, (7, 7), (112, 112), boxes, word_objects)   # {"localization", "pointing_game"...}
 
 Plain NumPy / Python inputs only: no TensorFlow, no model. BLEU and CIDEr come from pycocoevalcap's
 scorers (the COCO caption evaluation code; the ``test`` / ``examples`` extras install it), imported on
@@ -224,9 +224,22 @@ def _per_image_weights(weights, grid, n_images):
 
 def _kind_table(hits_by_kind):
     return {
-        kind: {"localization": hits / words if words else math.nan, "words": words}
-        for kind, (hits, words) in sorted(hits_by_kind.items(), key=lambda kv: str(kv[0]))
+        kind: {"localization": hits / words if words else math.nan, "words": words,
+               "pointing_game": pointed / words if words else math.nan}
+        for kind, (hits, words, pointed) in sorted(hits_by_kind.items(), key=lambda kv: str(kv[0]))
     }
+
+
+# The Pointing Game's tolerance (Zhang et al. 2018, "Top-down Neural Attention by Excitation Backprop", section
+# 5.1): a peak within 15 pixels of the box counts as a hit, on images of 224 pixels.
+POINTING_GAME_TOLERANCE = 15.0
+POINTING_GAME_IMAGE_SIZE = 224
+
+
+def pointing_game_tolerance(image_size):
+    """The Pointing Game's 15 pixels at 224 scaled to an image of ``image_size`` (H, W): 15 max(H, W) / 224."""
+    height, width = _pair(image_size, "image_size")
+    return POINTING_GAME_TOLERANCE * max(height, width) / POINTING_GAME_IMAGE_SIZE
 
 
 def attention_localization(
@@ -239,8 +252,10 @@ def attention_localization(
     hard=False,
     word_kinds=None,
     smooth=True,
+    tolerance=None,
 ):
-    """Share of object words whose attention peak lies inside that object's box.
+    """Share of object words whose attention peak lies inside that object's box (the strict rule), and within a
+    tolerance of it (the Pointing Game, Zhang et al. 2018).
 
     For each image n and caption word t with ``k = word_objects[n][t] >= 0`` (word t names object k),
     the attention map that predicted word t, ``weights[n][t]`` over the (h, w) feature grid, is
@@ -269,11 +284,14 @@ def attention_localization(
         word_kinds: optional, same structure as ``word_objects``: a label per word (e.g. "colour",
             "size", "shape"; None for none) to break the result down by; only object words count.
         smooth: smoothing of the upsampled maps (soft mode), as in ``upsample_attention``.
+        tolerance: the Pointing Game's: a peak whose distance to the box (0 inside it) is at most this many
+            pixels is a hit. None: :func:`pointing_game_tolerance` of ``image_size`` (15 px at 224 px).
 
     Returns:
         ``{"localization": hits / words (NaN when there are no object words), "words": number of
-        object words, "hits": number inside their box}``, plus ``"by_kind": {kind: {"localization":
-        float, "words": int}}`` when ``word_kinds`` is given.
+        object words, "hits": number inside their box, "pointing_game": share within ``tolerance``,
+        "pointing_game_hits", "tolerance": in pixels}``, plus ``"by_kind": {kind: {"localization": float,
+        "pointing_game": float, "words": int}}`` when ``word_kinds`` is given.
 
     Raises:
         ValueError: if the numbers of images differ, a weights array does not fit ``grid_shape``,
@@ -365,22 +383,33 @@ def attention_localization(
         peaks = np.concatenate(peaks)
 
     targets = np.asarray(targets, dtype="float64").reshape(-1, 4)
+    # Distance from the peak pixel to the box (pixels y0 .. y1 - 1, x0 .. x1 - 1): 0 inside.
+    dy = np.maximum(np.maximum(targets[:, 0] - peaks[:, 0], peaks[:, 0] - (targets[:, 2] - 1)), 0)
+    dx = np.maximum(np.maximum(targets[:, 1] - peaks[:, 1], peaks[:, 1] - (targets[:, 3] - 1)), 0)
+    distance = np.hypot(dy, dx)
     inside = (
         (targets[:, 0] <= peaks[:, 0])
         & (peaks[:, 0] < targets[:, 2])
         & (targets[:, 1] <= peaks[:, 1])
         & (peaks[:, 1] < targets[:, 3])
     )
+    tolerance = pointing_game_tolerance((height, width)) if tolerance is None else float(tolerance)
+    if not tolerance >= 0:
+        raise ValueError(f"`tolerance` must be a number of pixels >= 0; received {tolerance!r}.")
+    pointed = distance <= tolerance
     words = int(inside.size)
-    hits = int(inside.sum())
-    result = {"localization": hits / words if words else math.nan, "words": words, "hits": hits}
+    hits, pointing_hits = int(inside.sum()), int(pointed.sum())
+    result = {"localization": hits / words if words else math.nan, "words": words, "hits": hits,
+              "pointing_game": pointing_hits / words if words else math.nan, "pointing_game_hits": pointing_hits,
+              "tolerance": tolerance}
     if word_kinds is not None:
         table = {}
-        for kind, hit in zip(kinds, inside):
+        for kind, hit, point in zip(kinds, inside, pointed):
             if kind is None:
                 continue
-            entry = table.setdefault(kind, [0, 0])
+            entry = table.setdefault(kind, [0, 0, 0])
             entry[0] += int(hit)
             entry[1] += 1
+            entry[2] += int(point)
         result["by_kind"] = _kind_table(table)
     return result

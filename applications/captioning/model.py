@@ -153,15 +153,15 @@ class _CaptionerBase(Seq2SeqGenerator):
     default_max_length = 24
 
     def __init__(self, vocabulary_size, *, image_size=64, backbone="small", filters=(32, 64, 128),
-                 backbone_weights=None, fine_tune=False, position_embedding=True, dropout=0.3, pad_token_id=0,
-                 start_token_id=1, end_token_id=2, **kwargs):
+                 backbone_weights=None, fine_tune=False, position_embedding=True, self_attention=False, vit=None,
+                 dropout=0.3, pad_token_id=0, start_token_id=1, end_token_id=2, **kwargs):
         super().__init__(pad_token_id=pad_token_id, start_token_id=start_token_id, end_token_id=end_token_id,
                          **kwargs)
         self.vocabulary_size = positive_int(vocabulary_size, "vocabulary_size")
         self.dropout_rate = rate_in_unit_interval(dropout, "dropout")
         self.encoder_config = dict(image_size=image_size, backbone=backbone, filters=tuple(filters),
                                    weights=backbone_weights, fine_tune=fine_tune,
-                                   position_embedding=position_embedding)
+                                   position_embedding=position_embedding, self_attention=self_attention, vit=vit)
         self.encoder = ImageEncoder(**self.encoder_config, name="encoder")
         self.dropout = keras.layers.Dropout(dropout)
 

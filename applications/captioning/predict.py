@@ -94,8 +94,10 @@ def teacher_forced_attention(model, caption_set, vocabulary, *, max_length=24, b
 
 def localization(model, caption_set, vocabulary):
     """Attention localization of the object words under teacher forcing (``evaluate.attention_localization``;
-    hard attention: its argmax cell): ``{"localization", "localization_words", "localization_by_kind"
-    ({"colour" | "size" | "shape": share})}``, or {} for a model without attention or a set without boxes."""
+    hard attention: its argmax cell), by the strict rule and the Pointing Game: ``{"localization",
+    "localization_words", "localization_by_kind" ({"colour" | "size" | "shape": share}), "pointing_game",
+    "pointing_game_tolerance" (pixels), "pointing_game_by_kind"}``, or {} for a model without attention or a set
+    without boxes."""
     if caption_set.objects is None:
         return {}
     maps = teacher_forced_attention(model, caption_set, vocabulary, max_length=model.generation_length(None))
@@ -107,7 +109,9 @@ def localization(model, caption_set, vocabulary):
     found = evaluate.attention_localization(maps, model.grid_shape, caption_set.images.shape[1:3], boxes,
                                             caption_set.word_objects, hard=hard, word_kinds=kinds)
     return {"localization": found["localization"], "localization_words": found["words"],
-            "localization_by_kind": {k: v["localization"] for k, v in found["by_kind"].items()}}
+            "localization_by_kind": {k: v["localization"] for k, v in found["by_kind"].items()},
+            "pointing_game": found["pointing_game"], "pointing_game_tolerance": found["tolerance"],
+            "pointing_game_by_kind": {k: v["pointing_game"] for k, v in found["by_kind"].items()}}
 
 
 def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max_length=None):
@@ -116,7 +120,8 @@ def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max
 
     Returns:
         ``{"BLEU-1".., "CIDEr", "exact_match", "localization", "localization_words", "localization_by_kind"
-        ({"colour" | "size" | "shape": share}), "captions": [...]}``.
+        ({"colour" | "size" | "shape": share}), "pointing_game", "pointing_game_tolerance",
+        "pointing_game_by_kind", "captions": [...]}``.
     """
     images = check_pixel_values(caption_set.images, "caption_set.images")
     hypotheses = caption_images(model, images, vocabulary, strategy=strategy, max_length=max_length)

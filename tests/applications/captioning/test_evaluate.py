@@ -130,11 +130,35 @@ def test_peak_inside_box_counts_outside_does_not():
     # word 0 -> object 0 (peak in top-left: hit); word 1 -> object 0 (peak bottom-right: miss);
     # word 2 names nothing.
     result = attention_localization(weights, GRID, SIZE, boxes, [[0, 0, -1]])
-    assert result == {"localization": 0.5, "words": 2, "hits": 1}
+    assert result == {"localization": 0.5, "words": 2, "hits": 1, "pointing_game": 0.5, "pointing_game_hits": 1,
+                      "tolerance": 15 * 64 / 224}
     result = attention_localization(weights, GRID, SIZE, boxes, [[0, 1, -1]])
     assert result["localization"] == 1.0
     none = attention_localization(weights, GRID, SIZE, boxes, [[-1, -1, -1]])
     assert none["words"] == 0 and math.isnan(none["localization"])
+
+
+def test_pointing_game_counts_peaks_near_the_box():
+    """Zhang et al. 2018: a hit within 15 px of the box at 224 px (here 64 px: 4.29 px); the strict rule beside it."""
+    from attnlayers.applications.captioning.evaluate import pointing_game_tolerance
+
+    assert pointing_game_tolerance((224, 224)) == 15.0 and pointing_game_tolerance((64, 32)) == 15 * 64 / 224
+    # Hard mode: the peak is the centre pixel of the argmax cell: (8, 8) for cell (0, 0), (8, 24) for (0, 1).
+    weights = [np.stack([_peaked((0, 0)), _peaked((0, 1)), _peaked((0, 1))])]
+    boxes = [[(0, 12, 16, 40), (0, 28, 16, 40), (20, 29, 30, 40)]]
+    # (8, 8) is 4 px left of box 0 (x0 = 12): a Pointing Game hit, strictly a miss; (8, 24) is 4 px from box 1
+    # (x0 = 28) but 12 px above and 5 px left of box 2 (distance 13 px): a hit only for box 1.
+    result = attention_localization(weights, GRID, SIZE, boxes, [[0, 1, 2]], hard=True,
+                                    word_kinds=[["shape", "shape", "colour"]])
+    assert (result["hits"], result["pointing_game_hits"]) == (0, 2)
+    assert result["by_kind"]["shape"] == {"localization": 0.0, "words": 2, "pointing_game": 1.0}
+    assert result["by_kind"]["colour"]["pointing_game"] == 0.0
+    strict = attention_localization(weights, GRID, SIZE, boxes, [[0, 1, 2]], hard=True, tolerance=0)
+    assert strict["pointing_game"] == strict["localization"] == 0.0
+    wide = attention_localization(weights, GRID, SIZE, boxes, [[0, 1, 2]], hard=True, tolerance=13)
+    assert wide["pointing_game"] == 1.0
+    with pytest.raises(ValueError, match="tolerance"):
+        attention_localization(weights, GRID, SIZE, boxes, [[0, 1, 2]], tolerance=-1)
 
 
 def test_box_edges_are_exclusive_at_the_end():

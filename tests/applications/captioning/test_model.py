@@ -1,6 +1,7 @@
 """The captioners: the selector gate and the doubly stochastic penalty against NumPy, weights that sum to one
 over the L locations, step-by-step decoding equal to teacher forcing, REINFORCE hard attention learning inside
-the Show-Attend-Tell decoder, a keras.applications backbone, serialization and bad input."""
+the Show-Attend-Tell decoder, a keras.applications backbone, the SAGAN block and the ViT encoder, serialization and
+bad input."""
 
 import keras
 import numpy as np
@@ -218,6 +219,33 @@ def test_keras_applications_backbone_trains_a_step():
     assert any(not np.allclose(a, b) for a, b in zip(before, backbone.get_weights()))
     with pytest.raises(ValueError, match="Unknown backbone 'NoSuchNet'"):
         ImageEncoder(64, backbone="NoSuchNet")
+
+
+@pytest.mark.parametrize("encoder, grid", [({"self_attention": True}, (4, 4)),
+                                           ({"backbone": "vit", "vit": {"patch_size": 4, "hidden_dim": 8,
+                                                                        "num_heads": 2, "mlp_dim": 16}}, (4, 4))])
+def test_sagan_block_and_vit_encoder_train_with_fit(encoder, grid):
+    """The encoder options: a SAGAN block after the small CNN (identity at gamma = 0, then trained), a ViT's patch
+    tokens as the annotation vectors; both give the decoder its grid, train under fit and round-trip the config."""
+    keras.utils.set_random_seed(8)
+    model = ShowAttendTell(V, **{**SMALL, **encoder})
+    model.compile_for_captioning(1e-2)
+    images, caption_in = _batch()
+    model((images, caption_in))
+    assert model.grid_shape == grid
+    before = [w.copy() for w in model.encoder.get_weights()]
+    model.fit((images, caption_in), _numpy(next_tokens(caption_in, 0, 2)), epochs=2, verbose=0)
+    assert all(not np.allclose(a, b) for a, b in zip(before, model.encoder.get_weights()))  # gamma included
+    clone = ShowAttendTell.from_config(model.get_config())
+    clone((images, caption_in))
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(_numpy(clone((images, caption_in))), _numpy(model((images, caption_in))), rtol=1e-5)
+    with pytest.raises(ValueError, match="`self_attention` adds a SAGAN block to the small CNN"):
+        ImageEncoder(64, backbone="vit", self_attention=True)
+    with pytest.raises(ValueError, match=r"Unknown `vit` sizes \['depth'\]"):
+        ImageEncoder(64, backbone="vit", vit={"depth": 2})
+    with pytest.raises(ValueError, match="divisible by the ViT's patch_size"):
+        ImageEncoder(60, backbone="vit")
 
 
 def test_config_round_trip_and_weights():
