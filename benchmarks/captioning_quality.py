@@ -217,8 +217,9 @@ def table(results_dir):
         model = r["model"] + (" gumbel" if r.get("estimator") == "gumbel" else "") + (
             f" ({r['query']} query)" if r.get("query") else "") + (
             f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "") + (
-            f", {IMAGE_SIZE >> len(r['filters'])}x{IMAGE_SIZE >> len(r['filters'])} grid" if r.get("filters") else "") + (
-            ", ViT encoder" if r.get("encoder") == "vit" else "") + (", SAGAN block" if r.get("self_attention") else "")
+            f", {IMAGE_SIZE >> len(r['filters'])}x{IMAGE_SIZE >> len(r['filters'])} grid" if r.get("filters") else "")
+        model += (", ViT encoder" if r.get("encoder") == "vit" else "") + (
+            ", SAGAN block" if r.get("self_attention") else "")
         print(f"| {model} | {r['seed']} | {r['minutes']:g} | {r.get('cores', '?')} | {r['training']['steps']} | "
               f"{r['decoding']} | "
               f"{r['BLEU-1']:.1f} | {r['BLEU-4']:.1f} | {r['CIDEr']:.2f} | {r['exact_match']:.3f} | "

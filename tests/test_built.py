@@ -98,6 +98,11 @@ LAYERS = {
     "encoder_stack": (lambda: al.TransformerEncoder(2, N, 16, dropout=0.1), V, {}),
     "decoder_stack": (lambda: al.TransformerDecoder(2, N, 16, dropout=0.1, normalize_first=True),
                       {"decoder_sequence": Q, "encoder_sequence": V}, {}),
+    # images
+    "patch_embedding": (lambda: al.PatchEmbedding(2, D), RNG.normal(size=(B, 4, 6, 3)).astype("float32"), {}),
+    "class_token": (lambda: al.ClassToken(), V, {}),
+    "sagan": (lambda: al.SelfAttention2D(reduction=2, value_dim=4), RNG.normal(size=(B, 3, 4, D)).astype("float32"),
+              {"return_attention_scores": True}),
 }
 
 
@@ -168,12 +173,12 @@ def _nmt(name):
     return build_recipe(name, 30, 30, "tiny", **sizes)[0]  # compiled by the recipe, dropout 0.1
 
 
-def _captioner(name):
+def _captioner(name, **encoder):
     from attnlayers.applications.captioning.recipes import build_captioner
 
     sizes = (dict(num_layers=1, d_model=16, num_heads=2, intermediate_dim=32, max_length=8)
              if name == "transformer" else dict(embedding_dim=8, units=8))
-    return build_captioner(name, 20, image_size=16, filters=(4, 8), dropout=0.1, seed=1, **sizes)
+    return build_captioner(name, 20, image_size=16, filters=(4, 8), dropout=0.1, seed=1, **sizes, **encoder)
 
 
 def _bert_config():
@@ -214,6 +219,16 @@ def _gpt(**config):
     return model
 
 
+def _vit():
+    """As examples/train_vit.py builds and compiles it (``vision.recipes``), with one layer."""
+    from attnlayers.applications.vision.recipes import TrainingSettings, build_model, compile_for_training
+
+    settings = TrainingSettings(num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, dropout=0.1)
+    model = build_model(settings, (8, 8, 1), 10)
+    compile_for_training(model, settings)
+    return model
+
+
 def _batches():
     """name -> a (x, y[, sample_weight]) batch of 4 for each kind of application model."""
     source, target = _ids(1, 30, [8, 5, 3, 6]), _ids(2, 30, [7, 4, 8, 2])
@@ -232,6 +247,7 @@ def _batches():
         "bert_token_classifier": (features, ids % 4),
         "bert_span_qa": (features, {"start": np.array([1, 2, 0, 1], "int32"), "end": np.array([2, 2, 0, 3], "int32")}),
         "gpt": ({"token_ids": ids, "padding_mask": ids != 0}, np.roll(ids, -1, axis=1), ids != 0),
+        "vit": (np.random.default_rng(6).uniform(size=(4, 8, 8, 1)).astype("float32"), np.array([0, 3, 9, 1])),
     }
 
 
@@ -249,16 +265,21 @@ APPLICATIONS = {
        for name in ("seq2seq", "bahdanau", "luong", "local", "transformer")},
     **{f"captioning_{name}": (lambda name=name: _captioner(name), "captioning")
        for name in ("soft", "hard", "none", "transformer")},
+    "captioning_soft_sagan": (lambda: _captioner("soft", self_attention=True), "captioning"),
+    "captioning_soft_vit": (lambda: _captioner("soft", backbone="vit", vit={"patch_size": 4, "hidden_dim": 8,
+                                                                             "num_heads": 2, "mlp_dim": 16}),
+                            "captioning"),
     "bert_pretrainer": (_bert_pretrainer, "bert_pretrainer"),
     **{name: (lambda name=name: _heads()[name](), name)
        for name in ("bert_classifier", "bert_token_classifier", "bert_span_qa")},
     "gpt": (_gpt, "gpt"),
     "gpt_llama": (lambda: _gpt(architecture="llama", num_key_value_heads=1), "gpt"),
+    "vit": (_vit, "vit"),
 }
 # One training model per application, compiled as its recipe compiles it, whose train_on_batch is counted (the
 # others are only called: a train step compiles for seconds). The attention-RNN models never had an unbuilt layer;
 # these are the ones built on MultiHeadAttention, whose dot / scaled dot score was left unbuilt.
-TRAINED = ("nmt_transformer", "captioning_transformer", "bert_pretrainer", "gpt")
+TRAINED = ("nmt_transformer", "captioning_transformer", "bert_pretrainer", "gpt", "vit")
 
 
 @pytest.fixture(scope="module")

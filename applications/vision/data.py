@@ -1,0 +1,106 @@
+"""Image classification data that works offline, and the batches the ViT trains on.
+
+- :func:`digits`: scikit-learn's handwritten digits (1,797 real 8 x 8 gray images, 10 classes, pixel values
+  0..16; ``sklearn.datasets.load_digits``, shipped inside the package), split at random by seed.
+- :class:`ShiftedBatches`: shuffled batches with random translations of up to ``shift`` pixels (zero fill), the
+  augmentation a ViT needs on so few images (it has no convolutional prior for translation).
+
+Images are float32 in [0, 1], (N, H, W, C); labels int32 (N,).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from attnlayers.validation import non_negative_int, positive_int
+
+DIGIT_CLASSES = tuple(str(d) for d in range(10))
+
+
+@dataclasses.dataclass
+class ImageSplits:
+    """A classification task's splits: images float32 (N, H, W, C) in [0, 1], labels int32 (N,)."""
+
+    train: tuple
+    validation: tuple
+    test: tuple
+    class_names: tuple
+
+    @property
+    def image_shape(self):
+        return tuple(self.train[0].shape[1:])
+
+
+def split_indices(count, seed, validation_fraction, test_fraction):
+    """A random split of ``range(count)`` into (train, validation, test) index arrays (by ``seed``)."""
+    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+        if not 0 <= value < 1:
+            raise ValueError(f"`{name}` must be in [0, 1); received {value!r}.")
+    if validation_fraction + test_fraction >= 1:
+        raise ValueError(f"`validation_fraction` + `test_fraction` must leave training examples; received "
+                         f"{validation_fraction} + {test_fraction}.")
+    order = np.random.default_rng(seed).permutation(count)
+    n_test, n_validation = round(count * test_fraction), round(count * validation_fraction)
+    return order[n_test + n_validation:], order[n_test:n_test + n_validation], order[:n_test]
+
+
+def digits(seed=0, validation_fraction=0.1, test_fraction=0.2):
+    """scikit-learn's digits as :class:`ImageSplits` of (8, 8, 1) images in [0, 1] (pixel value / 16)."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as error:
+        raise ImportError("the digits come with scikit-learn: pip install scikit-learn") from error
+    data = load_digits()
+    images = (data.images / 16.0).astype(np.float32)[..., None]
+    labels = data.target.astype(np.int32)
+    train, validation, test = split_indices(len(images), seed, validation_fraction, test_fraction)
+    return ImageSplits((images[train], labels[train]), (images[validation], labels[validation]),
+                       (images[test], labels[test]), DIGIT_CLASSES)
+
+
+def random_shift(images, shift, rng):
+    """Each image moved by (dy, dx), each uniform in [-shift, shift], the uncovered border filled with zeros."""
+    if shift == 0:
+        return images
+    n, h, w, _ = images.shape
+    padded = np.pad(images, ((0, 0), (shift, shift), (shift, shift), (0, 0)))
+    offsets = rng.integers(0, 2 * shift + 1, size=(n, 2))
+    return np.stack([padded[i, dy:dy + h, dx:dx + w] for i, (dy, dx) in enumerate(offsets)])
+
+
+class ShiftedBatches(keras.utils.PyDataset):
+    """Batches of (images, labels), reshuffled each epoch, each image randomly shifted (:func:`random_shift`).
+
+    Args:
+        images: float32 (N, H, W, C). labels: int (N,).
+        batch_size: examples per batch (the last batch of an epoch may be smaller).
+        shift: the largest translation in pixels (0: no augmentation).
+        seed: the shuffling and shifting seed.
+    """
+
+    def __init__(self, images, labels, batch_size, shift=1, seed=0, **kwargs):
+        super().__init__(**kwargs)
+        if len(images) != len(labels) or len(images) == 0:
+            raise ValueError(f"`images` and `labels` must be non-empty and of one length; received {len(images)} "
+                             f"images and {len(labels)} labels.")
+        self.images, self.labels = images, np.asarray(labels)
+        self.batch_size = positive_int(batch_size, "batch_size")
+        self.shift = non_negative_int(shift, "shift")
+        self.rng = np.random.default_rng(seed)
+        self.on_epoch_end()
+
+    def on_epoch_end(self):
+        self.order = self.rng.permutation(len(self.images))
+
+    def __len__(self):
+        return -(-len(self.images) // self.batch_size)
+
+    def __getitem__(self, index):
+        chosen = self.order[index * self.batch_size:(index + 1) * self.batch_size]
+        return random_shift(self.images[chosen], self.shift, self.rng), self.labels[chosen]
+
+
+__all__ = ["DIGIT_CLASSES", "ImageSplits", "ShiftedBatches", "digits", "random_shift", "split_indices"]

@@ -1,0 +1,135 @@
+"""Train a Vision Transformer from scratch on scikit-learn's handwritten digits, report its test accuracy, draw
+where it looks (attention rollout and each layer's map), and export a SavedModel.
+
+    python examples/train_vit.py                            # about 1.5 minutes on 2 CPU cores, ~98% test accuracy
+    python examples/train_vit.py --minutes 1 --out runs/vit-quick
+    python examples/train_vit.py --hidden-dim 128 --num-layers 6 --epochs 200 --strategy mirrored
+
+Data: the 1,797 8 x 8 gray digits of scikit-learn (``pip install scikit-learn``; shipped inside the package, no
+download), split at random by --seed into 70 / 10 / 20 percent training / validation / test images.
+
+The model is a ViT (attnlayers.applications.vision: patch embedding by a strided convolution, a class token, learned
+positions, pre-LN Transformer encoder, final LayerNorm, linear head), by default 2 x 2 patches (16 tokens + the
+class token), 4 layers, d 64, 4 heads, mean pooling over the patches, ~136k weights; trained with AdamW (weight
+decay 0.05 on matrices), a warm-up then cosine learning rate, no dropout and random one-pixel shifts. The weights
+of the best validation epoch are kept.
+
+At the end the script prints the test accuracy, draws the accuracy per epoch (OUT/curves.png), the attention rollout
+(Abnar & Zuidema 2020) and each layer's map of what the pooled representation reads (the patches' attention, averaged
+over them, for mean pooling; the class token's for --pooling token) over four test images (OUT/attention_<i>.png)
+and every layer x head map of the first one (OUT/heads.png), and exports a SavedModel (OUT/saved_model: signature
+classify, uint8 images of any size in, probabilities and class names out; it serves without attnlayers). Logs go to
+TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same command again after an interruption and training
+resumes.
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.distribute and the SavedModel export
+
+from attnlayers.applications.core.cli import (  # noqa: E402
+    add_budget_arguments, check_budget_arguments, run_script, start_runtime,
+)
+
+PROG = os.path.basename(__file__)
+
+
+def parse_args(argv=None):
+    from attnlayers.applications import core
+    from attnlayers.applications.core.optimizers import add_optimizer_arguments
+    from attnlayers.applications.vision.model import POOLING
+    from attnlayers.applications.vision.recipes import DATASETS, DEFAULT_OUT, TrainingSettings
+
+    default = TrainingSettings()
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", choices=DATASETS, default=default.dataset, help="the images (default digits)")
+    parser.add_argument("--patch-size", type=int, default=default.patch_size,
+                        help=f"P of the P x P patches (default {default.patch_size})")
+    parser.add_argument("--num-layers", type=int, default=default.num_layers,
+                        help=f"Transformer layers (default {default.num_layers})")
+    parser.add_argument("--num-heads", type=int, default=default.num_heads,
+                        help=f"attention heads (default {default.num_heads})")
+    parser.add_argument("--hidden-dim", type=int, default=default.hidden_dim,
+                        help=f"d_model (default {default.hidden_dim})")
+    parser.add_argument("--mlp-dim", type=int, default=default.mlp_dim,
+                        help=f"the MLP's hidden size (default {default.mlp_dim})")
+    parser.add_argument("--pooling", choices=POOLING, default=default.pooling,
+                        help=f"token (the class token) or mean (over the patches) (default {default.pooling})")
+    parser.add_argument("--dropout", type=float, default=default.dropout,
+                        help=f"dropout rate (default {default.dropout:g})")
+    parser.add_argument("--shift", type=int, default=default.shift,
+                        help=f"random translation in pixels, 0 for none (default {default.shift})")
+    add_optimizer_arguments(parser, default, "images")
+    add_budget_arguments(parser, 100, "training images")
+    parser.add_argument("--no-jit", dest="jit_compile", action="store_false",
+                        help="do not compile the training step with XLA")
+    core.add_runtime_arguments(parser)
+    parser.add_argument("--seed", type=int, default=default.seed,
+                        help="split, shuffling, augmentation and initialization seed")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"the run's folder (default {DEFAULT_OUT})")
+    parser.add_argument("--no-export", dest="export", action="store_false", help="do not write the SavedModel")
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
+                        help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
+    args = parser.parse_args(argv)
+    for flag in ("patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim", "batch_size"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.hidden_dim % args.num_heads:
+        parser.error(f"--hidden-dim {args.hidden_dim} must be a multiple of --num-heads {args.num_heads}")
+    if args.shift < 0:
+        parser.error("--shift must be at least 0")
+    check_budget_arguments(parser, args)
+    if not 0 < args.warmup_fraction < 1:
+        parser.error("--warmup must be between 0 and 1")
+    if not 0 <= args.dropout < 1:
+        parser.error("--dropout must be in [0, 1)")
+    if not args.learning_rate > 0:
+        parser.error("--learning-rate must be a positive number")
+    return args
+
+
+def settings_from_args(args):
+    from attnlayers.applications.vision.recipes import TrainingSettings
+
+    return TrainingSettings(
+        dataset=args.dataset, patch_size=args.patch_size, num_layers=args.num_layers, num_heads=args.num_heads,
+        hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim, pooling=args.pooling, dropout=args.dropout,
+        shift=args.shift, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        warmup_fraction=args.warmup_fraction, weight_decay=args.weight_decay, minutes=args.minutes,
+        epochs=args.epochs, jit_compile=args.jit_compile, seed=args.seed)
+
+
+def main(argv=None):
+    return run_script(PROG, parse_args, run, argv)
+
+
+def run(args):
+    from attnlayers.applications.core.cli import UsageError
+    from attnlayers.applications.core.distribution import worker_directory
+    from attnlayers.applications.vision import recipes
+
+    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
+    settings = settings_from_args(args)
+    try:
+        splits = recipes.load_dataset(settings.dataset, seed=settings.seed)
+    except ImportError as error:
+        raise UsageError(str(error)) from error
+    image_size = splits.image_shape[:2]
+    if image_size[0] % settings.patch_size or image_size[1] % settings.patch_size:
+        raise UsageError(f"--patch-size {settings.patch_size} must divide the images' size {image_size}")
+    out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
+    result = recipes.run_training(settings, out, splits=splits, strategy=strategy, verbose=args.verbose,
+                                  export=args.export)
+    if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
+        return 0
+    print(f"results: {result['results_path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
