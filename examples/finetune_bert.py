@@ -49,7 +49,7 @@ def parse_args(argv=None):
     from attnlayers.applications.bert.finetuning import FinetuningSettings
     from attnlayers.applications.bert.pretraining import DEFAULT_PRETRAINED
     from attnlayers.applications.bert.tasks import TASK_SEQUENCE_LENGTH, TASKS
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments
+    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
 
     default = FinetuningSettings(TASKS[0])
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -74,15 +74,10 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
     check_budget_arguments(parser, args)
+    check_optimizer_arguments(parser, args)
     if args.sequence_length is not None and args.sequence_length < 5:
         parser.error("--sequence-length must be at least 5")
-    if not 0 < args.warmup_fraction < 1:
-        parser.error("--warmup-fraction must be between 0 and 1")
-    if not args.learning_rate > 0:
-        parser.error("--learning-rate must be a positive number")
     return args
 
 

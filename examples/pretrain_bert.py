@@ -43,7 +43,7 @@ def parse_args(argv=None):
     from attnlayers.applications import core
     from attnlayers.applications.bert import PRESETS
     from attnlayers.applications.bert.pretraining import DEFAULT_PRETRAINED, PretrainingSettings
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments
+    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
 
     default = PretrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -78,7 +78,7 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
-    for flag in ("vocab_size", "batch_size", "max_predictions"):
+    for flag in ("vocab_size", "max_predictions"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     check_budget_arguments(parser, args)
@@ -86,10 +86,7 @@ def parse_args(argv=None):
         parser.error("--sequence-length must be at least 5 ([CLS] [SEP] [SEP] and a piece of each sentence)")
     if not 0 < args.held_out < 1:
         parser.error("--held-out must be between 0 and 1")
-    if not 0 < args.warmup_fraction < 1:
-        parser.error("--warmup-fraction must be between 0 and 1")
-    if not args.learning_rate > 0:
-        parser.error("--learning-rate must be a positive number")
+    check_optimizer_arguments(parser, args)
     if not args.nsp_weight >= 0:
         parser.error("--nsp-weight must be a number >= 0")
     return args

@@ -46,7 +46,7 @@ PROG = os.path.basename(__file__)
 
 def parse_args(argv=None):
     from attnlayers.applications import core
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments
+    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
     from attnlayers.applications.gpt import GPT_PRESETS
     from attnlayers.applications.gpt.recipes import DEFAULT_OUT, TrainingSettings
 
@@ -81,7 +81,7 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
-    for flag in ("vocab_size", "batch_size", "sequence_length"):
+    for flag in ("vocab_size", "sequence_length"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.vocab is None and args.vocab_size < 257:
@@ -89,12 +89,9 @@ def parse_args(argv=None):
     check_budget_arguments(parser, args)
     if not 0 < args.held_out < 1:
         parser.error("--held-out must be between 0 and 1")
-    if not 0 < args.warmup_fraction < 1:
-        parser.error("--warmup must be between 0 and 1")
+    check_optimizer_arguments(parser, args)
     if not 0 <= args.dropout < 1:
         parser.error("--dropout must be in [0, 1)")
-    if not args.learning_rate > 0:
-        parser.error("--learning-rate must be a positive number")
     return args
 
 

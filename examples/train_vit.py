@@ -40,7 +40,7 @@ PROG = os.path.basename(__file__)
 
 def parse_args(argv=None):
     from attnlayers.applications import core
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments
+    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
     from attnlayers.applications.vision.model import POOLING
     from attnlayers.applications.vision.recipes import DATASETS, DEFAULT_OUT, TrainingSettings
 
@@ -76,7 +76,7 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
-    for flag in ("patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim", "batch_size"):
+    for flag in ("patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.hidden_dim % args.num_heads:
@@ -84,12 +84,9 @@ def parse_args(argv=None):
     if args.shift < 0:
         parser.error("--shift must be at least 0")
     check_budget_arguments(parser, args)
-    if not 0 < args.warmup_fraction < 1:
-        parser.error("--warmup must be between 0 and 1")
+    check_optimizer_arguments(parser, args)
     if not 0 <= args.dropout < 1:
         parser.error("--dropout must be in [0, 1)")
-    if not args.learning_rate > 0:
-        parser.error("--learning-rate must be a positive number")
     return args
 
 

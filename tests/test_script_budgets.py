@@ -1,6 +1,6 @@
 """--epochs and --minutes mean the same in every training script: --minutes alone trains until the budget ends,
---epochs alone runs that many epochs, both stop at whichever comes first; --help says so. And a learned vocabulary
-smaller than asked for says why."""
+--epochs alone runs that many epochs, both stop at whichever comes first; --help says so. The optimizer's flags are
+checked alike in every script that has them. And a learned vocabulary smaller than asked for says why."""
 
 import importlib.util
 import pathlib
@@ -14,7 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # script -> (the arguments it needs, its default epochs)
 SCRIPTS = {"train_gpt": ([], 10), "pretrain_bert": ([], 10), "finetune_bert": (["--task", "pos"], 3),
-           "train_nmt": ([], 10), "train_captioning": ([], 30)}
+           "train_nmt": ([], 10), "train_captioning": ([], 30), "train_vit": ([], 100)}
+OPTIMIZER_SCRIPTS = ("train_gpt", "pretrain_bert", "finetune_bert", "train_vit")  # core.optimizers' flags
 
 
 def _script(name):
@@ -41,6 +42,18 @@ def test_one_meaning_of_epochs_and_minutes(name, capsys):
     assert "with --minutes, as many as the budget allows" in text and "with --epochs, whichever ends first" in text
     for bad, message in ((["--epochs", "0"], "--epochs must be at least 1"),
                          (["--minutes", "0"], "--minutes must be a positive number")):
+        with pytest.raises(SystemExit):
+            script.parse_args([*needed, *bad])
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_SCRIPTS)
+def test_optimizer_flags_are_checked_alike(name, capsys):
+    script, needed = _script(name), SCRIPTS[name][0]
+    for bad, message in ((["--batch-size", "0"], "--batch-size must be at least 1"),
+                         (["--warmup", "1"], "--warmup-fraction must be between 0 and 1"),
+                         (["--learning-rate", "0"], "--learning-rate must be a positive number"),
+                         (["--weight-decay", "-0.1"], "--weight-decay must be a number >= 0")):
         with pytest.raises(SystemExit):
             script.parse_args([*needed, *bad])
         assert message in capsys.readouterr().err

@@ -52,6 +52,19 @@ def add_optimizer_arguments(parser, default, unit):
                         help=f"AdamW's decoupled weight decay (default {default.weight_decay:g})")
 
 
+def check_optimizer_arguments(parser, args):
+    """``parser.error`` for an argument of :func:`add_optimizer_arguments` out of range: a --batch-size below 1, a
+    --warmup-fraction outside (0, 1), a --learning-rate that is not positive, a negative --weight-decay."""
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    if not 0 < args.warmup_fraction < 1:
+        parser.error("--warmup-fraction must be between 0 and 1")
+    if not args.learning_rate > 0:
+        parser.error("--learning-rate must be a positive number")
+    if not args.weight_decay >= 0:
+        parser.error("--weight-decay must be a number >= 0")
+
+
 def decoupled_adamw(learning_rate, weight_decay=0.1, *, beta_1=0.9, beta_2=0.95, epsilon=1e-8,
                     global_clipnorm=1.0, decay_embeddings=False, exclude=None):
     """AdamW (Loshchilov & Hutter 2019), the one recipe of GPT and BERT. Its defaults are GPT-2's as GPT-3 /
@@ -97,5 +110,5 @@ class BudgetedCosineLearningRate(BudgetedLearningRate):
         return self.peak * 0.5 * (1.0 + math.cos(math.pi * (p - w) / (1.0 - w)))
 
 
-__all__ = ["NO_WEIGHT_DECAY", "BudgetedCosineLearningRate", "add_optimizer_arguments", "decoupled_adamw",
-           "no_weight_decay"]
+__all__ = ["NO_WEIGHT_DECAY", "BudgetedCosineLearningRate", "add_optimizer_arguments", "check_optimizer_arguments",
+           "decoupled_adamw", "no_weight_decay"]
