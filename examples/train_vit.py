@@ -1,12 +1,16 @@
-"""Train a Vision Transformer from scratch on scikit-learn's handwritten digits, report its test accuracy, draw
-where it looks (attention rollout and each layer's map), and export a SavedModel.
+"""Train a Vision Transformer from scratch on scikit-learn's handwritten digits (or generated scenes), report its
+test accuracy, draw where it looks (attention rollout and each layer's map), and export a SavedModel.
 
     python examples/train_vit.py                            # about 1.5 minutes on 2 CPU cores, ~98% test accuracy
     python examples/train_vit.py --minutes 1 --out runs/vit-quick
     python examples/train_vit.py --hidden-dim 128 --num-layers 6 --epochs 200 --strategy mirrored
+    python examples/train_vit.py --dataset scenes --minutes 15            # "what colour is the triangle?"
+    python examples/train_vit.py --dataset scenes --minutes 15 --model cnn   # the CNN baseline of the same size
 
 Data: the 1,797 8 x 8 gray digits of scikit-learn (``pip install scikit-learn``; shipped inside the package, no
-download), split at random by --seed into 70 / 10 / 20 percent training / validation / test images.
+download), split at random by --seed into 70 / 10 / 20 percent training / validation / test images. --dataset
+scenes: 32 x 32 generated scenes of 2 to 4 coloured shapes, exactly one a triangle, labelled with the triangle's
+colour (5 classes; --train-images of them, 1,000 validation and 2,000 test images, drawn in a few seconds).
 
 The model is a ViT (attnlayers.applications.vision: patch embedding by a strided convolution, a class token, learned
 positions, pre-LN Transformer encoder, final LayerNorm, linear head), by default 2 x 2 patches (16 tokens + the
@@ -42,14 +46,21 @@ def parse_args(argv=None):
     from attnlayers.applications import core
     from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
     from attnlayers.applications.vision.model import POOLING
-    from attnlayers.applications.vision.recipes import DATASETS, DEFAULT_OUT, TrainingSettings
+    from attnlayers.applications.vision.recipes import DATASETS, DEFAULT_OUT, MODELS, PATCH_SIZES, TrainingSettings
 
     default = TrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=DATASETS, default=default.dataset, help="the images (default digits)")
-    parser.add_argument("--patch-size", type=int, default=default.patch_size,
-                        help=f"P of the P x P patches (default {default.patch_size})")
+    parser.add_argument("--train-images", type=int, default=default.train_images,
+                        help=f"training images of --dataset scenes (default {default.train_images})")
+    parser.add_argument("--model", choices=MODELS, default=default.model,
+                        help="vit, or cnn: the convolutional baseline of about the same size (default vit)")
+    parser.add_argument("--filters", default=",".join(map(str, default.filters)),
+                        help="the CNN's channels per stage, comma-separated (default %(default)s)")
+    parser.add_argument("--patch-size", type=int, default=None,
+                        help="P of the P x P patches (default: " + ", ".join(
+                            f"{p} for {d}" for d, p in PATCH_SIZES.items()) + ")")
     parser.add_argument("--num-layers", type=int, default=default.num_layers,
                         help=f"Transformer layers (default {default.num_layers})")
     parser.add_argument("--num-heads", type=int, default=default.num_heads,
@@ -76,7 +87,17 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
-    for flag in ("patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim"):
+    if args.patch_size is not None and args.patch_size < 1:
+        parser.error("--patch-size must be at least 1")
+    try:
+        args.filters = tuple(int(f) for f in args.filters.split(","))
+    except ValueError:
+        parser.error(f"--filters must be comma-separated integers; received {args.filters!r}")
+    if min(args.filters) < 1:
+        parser.error("--filters must all be at least 1")
+    if args.train_images < 1:
+        parser.error("--train-images must be at least 1")
+    for flag in ("num_layers", "num_heads", "hidden_dim", "mlp_dim"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.hidden_dim % args.num_heads:
@@ -94,7 +115,8 @@ def settings_from_args(args):
     from attnlayers.applications.vision.recipes import TrainingSettings
 
     return TrainingSettings(
-        dataset=args.dataset, patch_size=args.patch_size, num_layers=args.num_layers, num_heads=args.num_heads,
+        dataset=args.dataset, train_images=args.train_images, model=args.model, filters=args.filters,
+        patch_size=args.patch_size, num_layers=args.num_layers, num_heads=args.num_heads,
         hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim, pooling=args.pooling, dropout=args.dropout,
         shift=args.shift, batch_size=args.batch_size, learning_rate=args.learning_rate,
         warmup_fraction=args.warmup_fraction, weight_decay=args.weight_decay, minutes=args.minutes,
@@ -113,12 +135,17 @@ def run(args):
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     settings = settings_from_args(args)
     try:
-        splits = recipes.load_dataset(settings.dataset, seed=settings.seed)
+        splits = recipes.load_dataset(settings.dataset, seed=settings.seed, train_images=settings.train_images)
     except ImportError as error:
         raise UsageError(str(error)) from error
     image_size = splits.image_shape[:2]
-    if image_size[0] % settings.patch_size or image_size[1] % settings.patch_size:
-        raise UsageError(f"--patch-size {settings.patch_size} must divide the images' size {image_size}")
+    patch = recipes.patch_size(settings)
+    if settings.model == "vit" and (image_size[0] % patch or image_size[1] % patch):
+        raise UsageError(f"--patch-size {patch} must divide the images' size {image_size}")
+    if settings.model == "cnn" and (image_size[0] % 2 ** len(settings.filters)
+                                    or image_size[1] % 2 ** len(settings.filters)):
+        raise UsageError(f"the images' size {image_size} must be divisible by 2 ** (number of --filters) = "
+                         f"{2 ** len(settings.filters)}")
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = recipes.run_training(settings, out, splits=splits, strategy=strategy, verbose=args.verbose,
                                   export=args.export)

@@ -219,11 +219,11 @@ def _gpt(**config):
     return model
 
 
-def _vit():
-    """As examples/train_vit.py builds and compiles it (``vision.recipes``), with one layer."""
+def _vit(**overrides):
+    """As examples/train_vit.py builds and compiles it (``vision.recipes``), with one layer (or the CNN)."""
     from attnlayers.applications.vision.recipes import TrainingSettings, build_model, compile_for_training
 
-    settings = TrainingSettings(num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, dropout=0.1)
+    settings = TrainingSettings(num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, dropout=0.1, **overrides)
     model = build_model(settings, (8, 8, 1), 10)
     compile_for_training(model, settings)
     return model
@@ -275,6 +275,7 @@ APPLICATIONS = {
     "gpt": (_gpt, "gpt"),
     "gpt_llama": (lambda: _gpt(architecture="llama", num_key_value_heads=1), "gpt"),
     "vit": (_vit, "vit"),
+    "vit_cnn_baseline": (lambda: _vit(model="cnn", filters=(4, 8, 8)), "vit"),
 }
 # One training model per application, compiled as its recipe compiles it, whose train_on_batch is counted (the
 # others are only called: a train step compiles for seconds). The attention-RNN models never had an unbuilt layer;

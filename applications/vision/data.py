@@ -2,6 +2,9 @@
 
 - :func:`digits`: scikit-learn's handwritten digits (1,797 real 8 x 8 gray images, 10 classes, pixel values
   0..16; ``sklearn.datasets.load_digits``, shipped inside the package), split at random by seed.
+- :func:`triangle_colours`: generated scenes (applications/core/scenes.py) of 2 to 4 coloured shapes, exactly one of
+  them a triangle; the class is the triangle's colour (5 classes). The answer needs the right object: the other
+  objects have colours too, drawn the same way.
 - :class:`ShiftedBatches`: shuffled batches with random translations of up to ``shift`` pixels (zero fill), the
   augmentation a ViT needs on so few images (it has no convolutional prior for translation).
 
@@ -18,6 +21,7 @@ import numpy as np
 from attnlayers.validation import non_negative_int, positive_int
 
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
+TRIANGLE_SHAPE = "triangle"
 
 
 @dataclasses.dataclass
@@ -59,6 +63,40 @@ def digits(seed=0, validation_fraction=0.1, test_fraction=0.2):
     train, validation, test = split_indices(len(images), seed, validation_fraction, test_fraction)
     return ImageSplits((images[train], labels[train]), (images[validation], labels[validation]),
                        (images[test], labels[test]), DIGIT_CLASSES)
+
+
+def _one_triangle(py_rng, count):
+    """(shape, colour, size) of `count` objects: one triangle at a random place in the list, the others of the
+    other shapes; colours and sizes uniform."""
+    from ..core.scenes import COLOURS, SHAPES, SIZES
+
+    others = [s for s in SHAPES if s != TRIANGLE_SHAPE]
+    target = py_rng.randrange(count)
+    return [(TRIANGLE_SHAPE if i == target else py_rng.choice(others), py_rng.choice(list(COLOURS)),
+             py_rng.choice(list(SIZES))) for i in range(count)]
+
+
+def triangle_colours(num_train=20000, num_validation=1000, num_test=2000, *, image_size=32, min_objects=2,
+                     max_objects=4, seed=0):
+    """"What colour is the triangle?" on generated scenes, as :class:`ImageSplits` of (S, S, 3) images in [0, 1].
+
+    Each image holds ``min_objects`` to ``max_objects`` shapes (circles, squares, triangles, crosses in five
+    colours, two sizes, anywhere), exactly one of them a triangle; its label is the triangle's colour, one of
+    ``COLOURS`` (applications/core/scenes.py). The splits are drawn with their own seeds, so no image repeats.
+    """
+    from ..core.scenes import COLOURS, draw_scenes
+
+    class_names = tuple(COLOURS)
+    splits = []
+    for index, count in enumerate((num_train, num_validation, num_test)):
+        count = non_negative_int(count, ("num_train", "num_validation", "num_test")[index])
+        split_seed = int(np.random.SeedSequence([non_negative_int(seed, "seed"), 10 + index]).generate_state(1)[0])
+        images, objects = draw_scenes(count, image_size=image_size, min_objects=min_objects, max_objects=max_objects,
+                                      seed=split_seed, attributes=_one_triangle, name="triangle_colours")
+        labels = np.asarray([class_names.index(next(o.colour for o in scene if o.shape == TRIANGLE_SHAPE))
+                             for scene in objects], np.int32)
+        splits.append(((images / np.float32(255.0)).astype(np.float32), labels))
+    return ImageSplits(*splits, class_names)
 
 
 def random_shift(images, shift, rng):
@@ -103,4 +141,5 @@ class ShiftedBatches(keras.utils.PyDataset):
         return random_shift(self.images[chosen], self.shift, self.rng), self.labels[chosen]
 
 
-__all__ = ["DIGIT_CLASSES", "ImageSplits", "ShiftedBatches", "digits", "random_shift", "split_indices"]
+__all__ = ["DIGIT_CLASSES", "ImageSplits", "ShiftedBatches", "TRIANGLE_SHAPE", "digits", "random_shift", "split_indices",
+           "triangle_colours"]

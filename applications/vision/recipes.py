@@ -19,7 +19,9 @@ import numpy as np
 
 DEFAULT_OUT = "runs/vit"
 SAVED_MODEL_DIR = "saved_model"
-DATASETS = ("digits",)
+DATASETS = ("digits", "scenes")
+MODELS = ("vit", "cnn")
+PATCH_SIZES = {"digits": 2, "scenes": 4}  # the default patch size per dataset: 16 + 1 and 64 + 1 tokens
 
 
 @dataclasses.dataclass
@@ -27,8 +29,12 @@ class TrainingSettings:
     """A ViT training run.
 
     Attributes:
-        dataset: "digits" (scikit-learn's 8 x 8 digits).
-        patch_size, num_layers, num_heads, hidden_dim, mlp_dim, pooling, dropout: the :class:`ViTConfig`.
+        dataset: "digits" (scikit-learn's 8 x 8 digits) or "scenes" (:func:`~.data.triangle_colours`: what colour is
+            the triangle, 32 x 32 generated scenes).
+        train_images: the scenes' training images (generated; the digits have their own 1,257).
+        model: "vit", or "cnn" (:class:`~.cnn.ConvNet`, the baseline of about the same size; its ``filters``).
+        patch_size (None: :data:`PATCH_SIZES` of the dataset), num_layers, num_heads, hidden_dim, mlp_dim, pooling,
+            dropout: the :class:`ViTConfig`.
         shift: random translation in pixels (0: no augmentation).
         batch_size, learning_rate (the peak), warmup_fraction, weight_decay: the optimizer.
         minutes: a wall-clock budget for training, or None. epochs: most passes (None: 100).
@@ -37,7 +43,10 @@ class TrainingSettings:
     """
 
     dataset: str = "digits"
-    patch_size: int = 2
+    train_images: int = 20000
+    model: str = "vit"
+    filters: tuple = (24, 48, 88)
+    patch_size: int | None = None
     num_layers: int = 4
     num_heads: int = 4
     hidden_dim: int = 64
@@ -55,20 +64,33 @@ class TrainingSettings:
     seed: int = 0
 
 
-def load_dataset(name, seed=0):
-    """The :class:`~.data.ImageSplits` of dataset ``name`` (:data:`DATASETS`)."""
+def load_dataset(name, seed=0, train_images=20000):
+    """The :class:`~.data.ImageSplits` of dataset ``name`` (:data:`DATASETS`); ``train_images`` for the scenes."""
     from attnlayers.validation import one_of
 
     from . import data
 
-    one_of(name, "dataset", DATASETS)
+    if one_of(name, "dataset", DATASETS) == "scenes":
+        return data.triangle_colours(train_images, seed=seed)
     return data.digits(seed=seed)
 
 
+def patch_size(settings):
+    """The settings' patch size, else the dataset's default (:data:`PATCH_SIZES`)."""
+    return settings.patch_size or PATCH_SIZES[settings.dataset]
+
+
 def build_model(settings, image_shape, num_classes):
+    """A :class:`~.model.ViT` or (``settings.model == "cnn"``) a :class:`~.cnn.ConvNet` for the images."""
+    from attnlayers.validation import one_of
+
     from .model import ViT, ViTConfig
 
-    config = ViTConfig(image_shape=image_shape, patch_size=settings.patch_size, num_classes=num_classes,
+    if one_of(settings.model, "model", MODELS) == "cnn":
+        from .cnn import ConvNet, ConvNetConfig
+
+        return ConvNet(ConvNetConfig(image_shape=image_shape, num_classes=num_classes, filters=settings.filters))
+    config = ViTConfig(image_shape=image_shape, patch_size=patch_size(settings), num_classes=num_classes,
                        num_layers=settings.num_layers, num_heads=settings.num_heads, hidden_dim=settings.hidden_dim,
                        mlp_dim=settings.mlp_dim, dropout=settings.dropout, pooling=settings.pooling)
     return ViT(config)
@@ -85,6 +107,16 @@ def compile_for_training(model, settings):
                   jit_compile=settings.jit_compile)
     seconds = None if settings.minutes is None else settings.minutes * 60.0
     return BudgetedCosineLearningRate(settings.learning_rate, settings.warmup_fraction, seconds=seconds)
+
+
+def describe_model(model):
+    """One line: the model's kind, sizes and weights."""
+    c = model.config
+    if not hasattr(c, "patch_size"):
+        return (f"CNN (stages of {' / '.join(map(str, c.filters))} filters, {c.convolutions_per_stage} convolutions "
+                f"each), {c.parameter_count():,} parameters")
+    return (f"ViT ({c.num_layers} layers, d {c.hidden_dim}, {c.num_heads} heads, {c.patch_size} x {c.patch_size} "
+            f"patches: {c.num_patches} + 1 tokens), {c.parameter_count():,} parameters")
 
 
 def pooled_attention(model, attention_scores):
@@ -178,7 +210,7 @@ def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, re
     from .data import ShiftedBatches
 
     if splits is None:
-        splits = load_dataset(settings.dataset, seed=settings.seed)
+        splits = load_dataset(settings.dataset, seed=settings.seed, train_images=settings.train_images)
     strategy = strategy or _default_strategy()
     keras.utils.set_random_seed(settings.seed)
     with strategy.scope():
@@ -188,10 +220,8 @@ def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, re
     train = ShiftedBatches(x_train, y_train, settings.batch_size, shift=settings.shift, seed=settings.seed)
     c = model.config
     print(f"data: {settings.dataset}, {len(x_train):,} training / {len(validation[0]):,} validation / "
-          f"{len(x_test):,} test images of {c.image_shape}, {len(splits.class_names)} classes; model: ViT "
-          f"({c.num_layers} layers, d {c.hidden_dim}, {c.num_heads} heads, {c.patch_size} x {c.patch_size} patches: "
-          f"{c.num_patches} + 1 tokens), {c.parameter_count():,} parameters; {describe_runtime(strategy)}",
-          flush=True)
+          f"{len(x_test):,} test images of {c.image_shape}, {len(splits.class_names)} classes; model: "
+          f"{describe_model(model)}; {describe_runtime(strategy)}", flush=True)
 
     def evaluate(model):
         scores = model.evaluate(x_test, y_test, batch_size=256, return_dict=True, verbose=0)
@@ -202,7 +232,8 @@ def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, re
 
     def pictures(model, out):
         paths = [plot_accuracy_curves(model.history.history, os.path.join(out, "curves.png"))]
-        paths += attention_pictures(model, x_test, y_test, splits.class_names, out)
+        if settings.model == "vit":
+            paths += attention_pictures(model, x_test, y_test, splits.class_names, out)
         paths = [p for p in paths if p]
         for path in paths:
             print(f"wrote {path}")
@@ -217,7 +248,8 @@ def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, re
         print(f"exported a SavedModel in {path} (signature classify: uint8 images in, probabilities out)")
         return path
 
-    record = {"task": "image_classification", **dataclasses.asdict(settings), "train_images": len(x_train),
+    record = {"task": "image_classification", **dataclasses.asdict(settings), "patch_size": patch_size(settings),
+              "train_images": len(x_train),
               "validation_images": len(validation[0]), "test_images": len(x_test),
               "parameters": c.parameter_count(), "runtime": describe_runtime(strategy)}
     fit_callbacks = standard_callbacks(out_dir if (tensorboard or backup) else None, minutes=settings.minutes,
@@ -234,5 +266,6 @@ def _default_strategy():
     return tf.distribute.get_strategy()
 
 
-__all__ = ["DATASETS", "DEFAULT_OUT", "SAVED_MODEL_DIR", "TrainingSettings", "attention_pictures", "build_model",
-           "compile_for_training", "load_dataset", "plot_accuracy_curves", "pooled_attention", "run_training"]
+__all__ = ["DATASETS", "DEFAULT_OUT", "MODELS", "PATCH_SIZES", "SAVED_MODEL_DIR", "TrainingSettings",
+           "attention_pictures", "build_model", "compile_for_training", "describe_model", "load_dataset",
+           "patch_size", "plot_accuracy_curves", "pooled_attention", "run_training"]

@@ -10,21 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-
-class SceneObject(NamedTuple):
-    """One object of a generated scene.
-
-    Attributes:
-        shape: "circle", "square", "triangle" or "cross".
-        colour: "red", "green", "blue", "yellow" or "white".
-        size: "small" or "big".
-        box: `(y0, x0, y1, x1)` in pixels of the image, y1 and x1 exclusive: the tight box of the drawn shape.
-    """
-
-    shape: str
-    colour: str
-    size: str
-    box: tuple
+from ...core.scenes import SceneObject  # re-exported: the objects of a generated scene
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -126,3 +112,6 @@ class CaptionSplits(NamedTuple):
     train: CaptionSet
     validation: CaptionSet
     test: CaptionSet
+
+
+__all__ = ["CaptionSet", "CaptionSplits", "SceneObject"]

@@ -1,8 +1,8 @@
 """The ViT (attnlayers.applications.vision): equal to keras-hub's ViTBackbone with copied weights; the named sizes'
 parameter counts (closed form against the built model, and the published figures); pooling; bad input named; a
-.keras round trip; and examples/train_vit.py end to end on the digits (a few epochs of a tiny model): results,
-pictures and a SavedModel that serves uint8 images of any size without attnlayers, with the in-process
-probabilities."""
+.keras round trip; the scenes task ("what colour is the triangle") and the CNN baseline; and examples/train_vit.py
+end to end on the digits (a few epochs of a tiny model): results, pictures and a SavedModel that serves uint8 images
+of any size without attnlayers, with the in-process probabilities; and with --model cnn on the scenes."""
 
 import importlib.util
 import json
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from attnlayers.applications.vision import ViT, ViTConfig, from_keras_hub
-from attnlayers.applications.vision.data import digits, random_shift
+from attnlayers.applications.vision.cnn import ConvNet, ConvNetConfig
+from attnlayers.applications.vision.data import digits, random_shift, triangle_colours
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 TINY = dict(image_shape=(8, 8, 1), patch_size=2, num_classes=10, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32)
@@ -105,6 +106,43 @@ def test_digits_and_shifts():
     assert moved.sum() == 50 and len({tuple(np.argwhere(m[..., 0])[0]) for m in moved}) == 9
 
 
+def test_triangle_colours_label_the_one_triangle():
+    from attnlayers.applications.core.scenes import COLOURS, draw_scenes
+    from attnlayers.applications.vision.data import _one_triangle
+
+    splits = triangle_colours(60, 10, 10, seed=3)
+    assert splits.class_names == tuple(COLOURS) and splits.image_shape == (32, 32, 3)
+    images, objects = draw_scenes(60, image_size=32, min_objects=2, max_objects=4, attributes=_one_triangle,
+                                  seed=int(np.random.SeedSequence([3, 10]).generate_state(1)[0]))
+    np.testing.assert_array_equal(splits.train[0], images / np.float32(255))
+    for scene, label in zip(objects, splits.train[1]):
+        triangles = [o for o in scene if o.shape == "triangle"]
+        assert 2 <= len(scene) <= 4 and len(triangles) == 1 and triangles[0].colour == splits.class_names[label]
+        y0, x0, y1, x1 = triangles[0].box  # the triangle's colour is drawn inside its box
+        patch = images[objects.index(scene), y0:y1, x0:x1].reshape(-1, 3).astype(int)
+        assert np.abs(patch - COLOURS[triangles[0].colour]).sum(-1).min() < 10
+    assert len(set(splits.train[1].tolist())) == 5  # every colour occurs
+    assert not np.array_equal(splits.validation[0], splits.test[0])
+    again = triangle_colours(60, 10, 10, seed=3)
+    np.testing.assert_array_equal(again.test[0], splits.test[0])
+    with pytest.raises(ValueError, match="num_train"):
+        triangle_colours(-1)
+
+
+def test_cnn_baseline_sizes_and_bad_config(rng):
+    config = ConvNetConfig(image_shape=(32, 32, 3), num_classes=5)
+    model = ConvNet(config)
+    assert model.count_params() == config.parameter_count() == 146_373
+    assert ViTConfig(image_shape=(32, 32, 3), patch_size=4, num_classes=5).parameter_count() == 141_701
+    assert tuple(model(rng.uniform(size=(2, 32, 32, 3)).astype("float32")).shape) == (2, 5)
+    again = ConvNet.from_config(model.get_config())
+    assert again.config == config
+    with pytest.raises(ValueError, match="divisible by 2 \\*\\* len\\(filters\\) = 8"):
+        ConvNetConfig(image_shape=(20, 20, 3))
+    with pytest.raises(ValueError, match="at least one stage"):
+        ConvNetConfig(filters=())
+
+
 SERVE = textwrap.dedent(
     """
     import json, sys
@@ -146,6 +184,21 @@ def test_train_vit_example_end_to_end(tmp_path):
     assert (out / "logs").is_dir()
 
     assert (out / "saved_model" / "saved_model.pb").is_file()
+
+
+def test_train_vit_example_cnn_on_scenes(tmp_path):
+    spec = importlib.util.spec_from_file_location("train_vit_script", ROOT / "examples" / "train_vit.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "run"
+    assert script.main(["--dataset", "scenes", "--model", "cnn", "--filters", "4,8,8", "--train-images", "64",
+                        "--epochs", "1", "--out", str(out), "--verbose", "0", "--no-export"]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["model"] == "cnn" and result["train_images"] == 64 and result["test"]["examples"] == 2000
+    assert result["parameters"] == ConvNetConfig(num_classes=5, filters=(4, 8, 8)).parameter_count()
+    assert {pathlib.Path(p).name for p in result["pictures"]} == {"curves.png"}  # no attention to draw
+    with pytest.raises(SystemExit):
+        script.parse_args(["--filters", "4,x"])
 
 
 def test_saved_model_serves_without_attnlayers(tmp_path, rng):
