@@ -20,6 +20,7 @@ from attnlayers import (  # noqa: E402
     normalization,
     positional,
     rollout,
+    scheduled_sampling,
     scoring,
     stop_strings,
     validation,
@@ -54,6 +55,7 @@ from attnlayers.positional import (
 from attnlayers.recurrent import AttentionRNNDecoder, BahdanauDecoder, LuongDecoder
 from attnlayers.rollout import attention_rollout
 from attnlayers.sagan import SelfAttention2D
+from attnlayers.scheduled_sampling import ScheduledSampler, ScheduledSamplingLogger
 from attnlayers.scoring import (
     AdditiveScore,
     CosineScore,

@@ -25,6 +25,11 @@ Each step attends through the attention layer's public single-step API: the memo
 :meth:`AttentionRNNDecoder.initial_cache`, and carried in the decoding cache; ``attention.attend_step`` attends
 from one state (with the step index, which local-m uses as p_t = t).
 
+Scheduled sampling (Bengio et al. 2015) runs in the same loop: with ``feedback`` (an
+``attnlayers.scheduled_sampling.Feedback``) each step reads the gold input or, where its coin says so, the
+embedding of the token the model chose at the previous step (the output layer is passed in, as the logits are
+computed outside the layer). Without it the call is the teacher-forced one, unchanged.
+
 Hard attention trained by REINFORCE (Xu et al. 2015, sec. 4.1) works in the loop: with ``return_sample=True``
 the call also returns log p(s_t) and H(alpha_t) of every step, (B, T) each, for ``attnlayers.hard.ReinforceLoss``.
 """
@@ -38,6 +43,7 @@ from attnlayers import masking
 from attnlayers._loops import LoopVariables, scan
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.hard import HardAttention
+from attnlayers.scheduled_sampling import Feedback
 from attnlayers.validation import check_feature_size, check_rank, check_tensor, format_shape, positive_int, same_size
 
 _CELLS = {
@@ -86,6 +92,22 @@ def _set_dropout_masks(cell, batch, input_dim, dtype):
     if getattr(cell, "dropout", 0) > 0 or getattr(cell, "recurrent_dropout", 0) > 0:
         cell.get_dropout_mask(ops.zeros((batch, input_dim), dtype))
         cell.get_recurrent_dropout_mask(ops.zeros((batch, cell.units), dtype))
+
+
+def _check_feedback(feedback):
+    if feedback is None:
+        return
+    if not isinstance(feedback, Feedback):
+        raise ValueError(
+            "`feedback` must be None (teacher forcing) or an attnlayers.scheduled_sampling.Feedback (e.g. "
+            f"ScheduledSampler.feedback(...)); received {type(feedback).__name__}."
+        )
+    if not callable(feedback.embed) or not callable(feedback.logits):
+        raise ValueError(
+            "An RNN decoder's `feedback` needs `embed` (token ids (B,) -> (B, E)) and `logits` ((B, output_dim), "
+            f"token ids (B,) -> (B, V)) to feed back its own tokens; received embed={feedback.embed!r}, "
+            f"logits={feedback.logits!r}."
+        )
 
 
 def _reset_dropout_masks(cell):
@@ -371,11 +393,13 @@ class AttentionRNNDecoder(keras.layers.Layer):
         return_attention_scores=False,
         return_sample=False,
         training=None,
+        feedback=None,
     ):
         target_embeddings = check_tensor(target_embeddings, "target_embeddings", _TARGET_LAYOUT)
         memory = check_tensor(memory, "memory", _MEMORY_LAYOUT)
         self._check_shapes(target_embeddings.shape, memory.shape)
         self._check_return_sample(return_sample)
+        _check_feedback(feedback)
         self._warn_if_unsampled(return_sample, training)
         cache = self.initial_cache(memory, memory_mask, initial_state)
         memory_entries = {k: cache[k] for k in _MEMORY_KEYS}
@@ -386,9 +410,14 @@ class AttentionRNNDecoder(keras.layers.Layer):
         carry["weights"] = ops.zeros((batch, source_length), self.compute_dtype)
         if return_sample:  # log p(s_t) and H(alpha_t) of every step, float32
             carry["sample"] = {k: ops.zeros((batch,), "float32") for k in ("log_prob", "entropy")}
-        per_step = ("output", "weights", "sample", "threaded")
+        per_step = ("output", "weights", "sample", "threaded", "token", "fed")
         y = ops.transpose(ops.cast(target_embeddings, self.compute_dtype), (1, 0, 2))  # time major (T, B, E)
         steps = ops.arange(ops.shape(target_embeddings)[1], dtype="int32")
+        xs = (y, steps)
+        if feedback is not None:  # scheduled sampling: the model's token y^_{t-1} rides in the carry
+            carry["token"] = carry["fed"] = ops.zeros((batch,), "int32")
+            uniform = feedback.uniform if feedback.uniform is not None else ops.zeros(ops.shape(feedback.tokens))
+            xs += tuple(ops.transpose(x) for x in (feedback.teacher, feedback.tokens, uniform))  # (T, B) each
 
         if training:
             _set_dropout_masks(
@@ -403,7 +432,9 @@ class AttentionRNNDecoder(keras.layers.Layer):
                 carry["threaded"] = loop_variables.read()
 
             def body(carry, inputs):
-                y_prev, t = inputs
+                y_prev, t = inputs[:2]
+                if feedback is not None:
+                    y_prev, fed = self._fed_input(feedback, y_prev, carry["token"], *inputs[2:4])
                 state = {k: v for k, v in carry.items() if k not in per_step}
                 if threaded:
                     loop_variables.write(carry["threaded"])
@@ -415,9 +446,12 @@ class AttentionRNNDecoder(keras.layers.Layer):
                     new["sample"] = {k: ops.cast(v, "float32") for k, v in sample.items()}
                 if threaded:
                     new["threaded"] = loop_variables.read()
+                if feedback is not None:  # y^_t for the next step, chosen without gradient
+                    new["token"] = feedback.choose(ops.stop_gradient(feedback.logits(output, fed)), inputs[4])
+                    new["fed"] = fed
                 return new, new
 
-            last, stacked = scan(body, carry, (y, steps), ops.shape(target_embeddings)[1])
+            last, stacked = scan(body, carry, xs, ops.shape(target_embeddings)[1])
             if threaded:
                 loop_variables.write(last["threaded"])
         if training:
@@ -427,7 +461,21 @@ class AttentionRNNDecoder(keras.layers.Layer):
             result += (ops.transpose(stacked["weights"], (1, 0, 2)),)
         if return_sample:
             result += ({k: ops.transpose(v) for k, v in stacked["sample"].items()},)  # (T, B) -> (B, T)
+        if feedback is not None:
+            result += (ops.transpose(stacked["fed"]),)  # (B, T) the tokens read
         return result[0] if len(result) == 1 else result
+
+    def _fed_input(self, feedback, y_gold, model_token, teacher, gold_token):
+        """Scheduled sampling (Bengio et al. 2015, sec. 2.1): step t reads the gold y_{t-1} where its coin says
+        so, else the model's own y^_{t-1}. -> (the embedded input (B, E), the token read (B,) int32)."""
+        y_model = ops.cast(feedback.embed(model_token), self.compute_dtype)
+        if len(y_model.shape) != 2 or y_model.shape[-1] not in (None, self.embedding_dim):
+            raise ValueError(
+                f"`feedback.embed` must map (batch,) token ids to (batch, {self.embedding_dim}) embeddings like "
+                f"`target_embeddings`; it returned shape {format_shape(y_model.shape)}."
+            )
+        y_prev = ops.where(ops.expand_dims(teacher, -1), y_gold, y_model)
+        return y_prev, ops.where(teacher, gold_token, model_token)
 
     def _check_return_sample(self, return_sample):
         if return_sample and not self.attention.stochastic:
@@ -461,7 +509,7 @@ class AttentionRNNDecoder(keras.layers.Layer):
         return tuple(target_embeddings_shape[:2]) + (self._output_dim(),)
 
     def compute_output_spec(self, target_embeddings, memory, return_attention_scores=False, return_sample=False,
-                            **kwargs):
+                            feedback=None, **kwargs):
         target_embeddings = check_tensor(target_embeddings, "target_embeddings", _TARGET_LAYOUT)
         memory = check_tensor(memory, "memory", _MEMORY_LAYOUT)
         self._check_shapes(target_embeddings.shape, memory.shape)
@@ -472,6 +520,8 @@ class AttentionRNNDecoder(keras.layers.Layer):
             result += (keras.KerasTensor((batch, length, memory.shape[1]), dtype=self.compute_dtype),)
         if return_sample:
             result += ({k: keras.KerasTensor((batch, length), dtype="float32") for k in ("log_prob", "entropy")},)
+        if feedback is not None:
+            result += (keras.KerasTensor((batch, length), dtype="int32"),)
         return result[0] if len(result) == 1 else result
 
     def get_config(self):
@@ -521,11 +571,17 @@ class BahdanauDecoder(AttentionRNNDecoder):
             float32 (B, T): ``"log_prob"`` log p(s_t), ``"entropy"`` H(alpha_t); pass it to
             ``attnlayers.hard.ReinforceLoss`` to train REINFORCE hard attention (Xu et al. 2015, eq. 11-13).
         training: enables the cell's and the attention's dropout (and ``HardAttention``'s sampling).
+        feedback: None (teacher forcing), or an ``attnlayers.scheduled_sampling.Feedback`` for scheduled sampling
+            (Bengio et al. 2015): step t reads the gold input where ``feedback.teacher`` is True, else the
+            embedding (``feedback.embed``) of the token the model chose (``feedback.logits`` on the previous
+            step's output, argmax or sampled, no gradient through the choice). The gold inputs are still
+            ``target_embeddings``; ``feedback.tokens`` are their ids.
 
     Returns:
         outputs (B, T, units + D) ``[s_i; c_i]`` for every target step; with ``return_attention_scores`` also
         the weights (B, T, S): row i is the alignment a_i used to predict the target token i.
-        With ``return_sample``, the sample dict comes last.
+        With ``return_sample``, the sample dict comes next; with ``feedback``, last the (B, T) int32 token ids
+        each step read (gold or the model's).
 
     Example:
     >>> source = keras.Input((None,), dtype="int32")
@@ -600,11 +656,17 @@ class LuongDecoder(AttentionRNNDecoder):
             float32 (B, T): ``"log_prob"`` log p(s_t), ``"entropy"`` H(alpha_t); pass it to
             ``attnlayers.hard.ReinforceLoss`` to train REINFORCE hard attention (Xu et al. 2015, eq. 11-13).
         training: enables the cell's and the attention's dropout (and ``HardAttention``'s sampling).
+        feedback: None (teacher forcing), or an ``attnlayers.scheduled_sampling.Feedback`` for scheduled sampling
+            (Bengio et al. 2015): step t reads the gold input where ``feedback.teacher`` is True, else the
+            embedding (``feedback.embed``) of the token the model chose (``feedback.logits`` on the previous
+            step's output, argmax or sampled, no gradient through the choice). The gold inputs are still
+            ``target_embeddings``; ``feedback.tokens`` are their ids.
 
     Returns:
         outputs (B, T, units), the attentional hidden states h~_t; with ``return_attention_scores`` also the
         weights (B, T, S): row t is the alignment a_t used to predict the target token t.
-        With ``return_sample``, the sample dict comes last.
+        With ``return_sample``, the sample dict comes next; with ``feedback``, last the (B, T) int32 token ids
+        each step read (gold or the model's).
 
     Example:
     >>> memory = encoder(source)                                     # (B, S, 256), masked

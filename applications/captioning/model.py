@@ -29,6 +29,7 @@ from attnlayers import (
     TokenAndPositionEmbedding,
     TransformerDecoder,
 )
+from attnlayers.scheduled_sampling import get_sampler
 from attnlayers.validation import check_divisible, is_number, one_of, positive_int, rate_in_unit_interval
 
 from ..core.generation import Seq2SeqGenerator, check_token_ids
@@ -273,13 +274,17 @@ class ShowAttendTell(_Captioner):
             :class:`ImageEncoder`'s (``backbone_weights`` is its ``weights``).
         embedding_dim, units, dropout: E, the LSTM's size, dropout on h_t and the deep output.
         seed: seed of the hard attention's samples.
+        scheduled_sampling: None (teacher forcing), or scheduled sampling in training (Bengio et al. 2015): an
+            ``attnlayers.ScheduledSampler`` or a schedule spec such as ``"inverse_sigmoid:1000"``. The LSTM then
+            reads its own previous word (chosen from the deep output without dropout) with probability 1 - eps_i
+            at each step, and the deep output's E y_{t-1} is that word's embedding.
 
     Call: ``model((images (B, S, S, 3), caption_in (B, T)))`` -> logits (B, T, V).
     """
 
     def __init__(self, vocabulary_size, *, attention="soft", estimator="reinforce", inference="expectation",
                  doubly_stochastic=1.0, entropy_weight=0.01, baseline_decay=0.9, selector=True,
-                 expected_context_rate=0.5, query="previous", seed=None, **kwargs):
+                 expected_context_rate=0.5, query="previous", seed=None, scheduled_sampling=None, **kwargs):
         super().__init__(vocabulary_size, **kwargs)
         self.attention_type = one_of(attention, "attention", ATTENTIONS)
         self.estimator, self.inference, self.seed = estimator, inference, seed
@@ -297,6 +302,7 @@ class ShowAttendTell(_Captioner):
                                              expected_context_rate=expected_context_rate, name="decoder")
         self.reinforce = (ReinforceLoss(baseline_decay, entropy_weight, name="reinforce")
                           if attention == "hard" and estimator == "reinforce" else None)
+        self.scheduled_sampler = get_sampler(scheduled_sampling, seed=seed)  # last: other layers' seeds unchanged
 
     @property
     def sampled(self):
@@ -306,6 +312,16 @@ class ShowAttendTell(_Captioner):
     def _decode(self, images, caption_in, training=None, return_sample=False):
         annotations, state = self.encode(images, training=training)
         y = self.embedding(caption_in)
+        if self.scheduled_sampler is not None and training:
+            # Scheduled sampling: the LSTM feeds back its words, chosen from the deep output without dropout; the
+            # deep output's E y_{t-1} is then the embedding of the word each step read.
+            feedback = self.scheduled_sampler.feedback(
+                caption_in, training, embed=self.embedding,
+                logits=lambda output, token: self._logits(self.embedding(token), output))
+            *result, fed = self.decoder(self.dropout(y, training=training), annotations, initial_state=state,
+                                        return_attention_scores=True, return_sample=return_sample,
+                                        training=training, feedback=feedback)
+            return (self.embedding(fed),) + tuple(result)
         result = self.decoder(self.dropout(y, training=training), annotations, initial_state=state,
                               return_attention_scores=True, return_sample=return_sample, training=training)
         return (y,) + tuple(result)
@@ -353,7 +369,9 @@ class ShowAttendTell(_Captioner):
                 "inference": self.inference, "doubly_stochastic": self.doubly_stochastic,
                 "entropy_weight": self.entropy_weight, "baseline_decay": self.baseline_decay,
                 "selector": self.decoder.use_selector, "expected_context_rate": self.decoder.expected_context_rate,
-                "query": self.decoder.query, "seed": self.seed}
+                "query": self.decoder.query, "seed": self.seed,
+                **({} if self.scheduled_sampler is None else
+                   {"scheduled_sampling": keras.saving.serialize_keras_object(self.scheduled_sampler)})}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

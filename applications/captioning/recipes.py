@@ -18,7 +18,7 @@ DEFAULT_QUERY = {"soft": "current", "hard": "previous"}
 
 
 def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None, doubly_stochastic=1.0,
-                    seed=None, learning_rate=1e-3, max_length=24, **encoder):
+                    seed=None, learning_rate=1e-3, max_length=24, scheduled_sampling=None, **encoder):
     """Builds and compiles a captioner.
 
     Args:
@@ -34,6 +34,7 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None,
         seed: seed of hard attention's samples.
         learning_rate: Adam's.
         max_length: the longest caption in tokens (the Transformer's position table; RNNs have no limit).
+        scheduled_sampling: (soft / hard) None, or scheduled sampling in training (see :class:`ShowAttendTell`).
         **encoder: :class:`ImageEncoder` arguments (``image_size``, ``backbone``, ``backbone_weights``,
             ``fine_tune``, ...).
 
@@ -41,6 +42,9 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None,
         The compiled model (masked cross-entropy and accuracy, Adam with gradient clipping).
     """
     one_of(name, "name", MODELS)
+    if scheduled_sampling is not None and name not in ("soft", "hard"):
+        raise ValueError(f"`scheduled_sampling` applies to the attention LSTM captioners ('soft', 'hard'); received "
+                         f"name={name!r}.")
     if name == "none":
         model = ShowAndTell(vocabulary_size, name="show_and_tell", **encoder)
     elif name == "transformer":
@@ -49,6 +53,7 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None,
     else:
         query = DEFAULT_QUERY[name] if query is None else query
         model = ShowAttendTell(vocabulary_size, attention=name, estimator=estimator, query=query, seed=seed,
-                               doubly_stochastic=doubly_stochastic, name="show_attend_tell", **encoder)
+                               doubly_stochastic=doubly_stochastic, scheduled_sampling=scheduled_sampling,
+                               name="show_attend_tell", **encoder)
     model.compile_for_captioning(learning_rate)
     return model

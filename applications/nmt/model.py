@@ -35,6 +35,7 @@ from attnlayers import (
     TransformerEncoder,
 )
 from attnlayers import masking
+from attnlayers.scheduled_sampling import get_sampler
 from attnlayers.validation import check_divisible, format_shape
 
 from ..core.generation import Seq2SeqGenerator, check_id_range, check_token_ids
@@ -124,6 +125,11 @@ def _dtype_name(x):
         return str(dtype)
 
 
+def _sampler_config(sampler):
+    """``{"scheduled_sampling": its config}`` with a sampler, else {} (configs without one are unchanged)."""
+    return {} if sampler is None else {"scheduled_sampling": keras.saving.serialize_keras_object(sampler)}
+
+
 def _split_inputs(inputs):
     if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
         raise ValueError(
@@ -160,13 +166,17 @@ class RNNSeq2Seq(Translator):
             "dot", ...).
         window: local-p half-width D. position: local-p's p_t, "diagonal" or "paper" (LocalAttention's
             ``position``). cell: "gru" or "lstm". dropout: on embeddings and decoder outputs.
+        scheduled_sampling: None (teacher forcing), or scheduled sampling in training (Bengio et al. 2015; the
+            models with attention): an ``attnlayers.ScheduledSampler`` or a schedule spec such as
+            ``"inverse_sigmoid:1000"`` (``attnlayers.scheduled_sampling.get``). The decoder then reads its own
+            previous token (from ``logits`` without dropout) with probability 1 - eps_i at each step.
 
     Call: ``model((source_ids (B, S), target_in_ids (B, T)))`` -> logits (B, T, V_t).
     """
 
     def __init__(self, source_vocabulary_size, target_vocabulary_size, embedding_dim=256, units=256,
                  attention="bahdanau", score="scaled_general", window=4, cell="gru", dropout=0.2,
-                 position="diagonal", **kwargs):
+                 position="diagonal", scheduled_sampling=None, **kwargs):
         super().__init__(**kwargs)
         if attention not in (None, "none", "bahdanau", "luong", "local"):
             raise ValueError(f"`attention` must be None, 'bahdanau', 'luong' or 'local'; received {attention!r}.")
@@ -202,6 +212,10 @@ class RNNSeq2Seq(Translator):
                                               name="attention"))
             self.decoder = LuongDecoder(units, attention_layer, cell=cell, input_feeding=True, name="decoder")
         self.output_layer = keras.layers.Dense(target_vocabulary_size, name="logits")
+        if scheduled_sampling is not None and self.decoder is None:
+            raise ValueError("`scheduled_sampling` needs an attention decoder (attention 'bahdanau', 'luong' or "
+                             "'local'); received attention=None.")
+        self.scheduled_sampler = get_sampler(scheduled_sampling)  # last: the other layers' seeds are unchanged
 
     # The encoder: annotations (B, S, units), their mask and the bridged initial state.
     def encode(self, source_ids, training=None):
@@ -246,6 +260,12 @@ class RNNSeq2Seq(Translator):
         if self.decoder is None:
             context = ops.repeat(ops.expand_dims(state[0], 1), ops.shape(y)[1], axis=1)
             outputs = self.plain_decoder(ops.concatenate([y, context], -1), initial_state=state, training=training)
+        elif self.scheduled_sampler is not None and training:
+            # Scheduled sampling: the decoder's loop feeds back its tokens, chosen from the logits without dropout.
+            feedback = self.scheduled_sampler.feedback(target_in, training, embed=self.target_embedding,
+                                                       logits=lambda output, token: self.output_layer(output))
+            outputs, _ = self.decoder(y, memory, memory_mask=mask, initial_state=state, training=training,
+                                      feedback=feedback)
         else:
             outputs = self.decoder(y, memory, memory_mask=mask, initial_state=state, training=training)
         return self.output_layer(self.dropout(outputs, training=training))
@@ -266,7 +286,7 @@ class RNNSeq2Seq(Translator):
             "target_vocabulary_size": self.target_vocabulary_size,
             "embedding_dim": self.embedding_dim, "units": self.units, "attention": self.attention_type,
             "score": self.score, "window": self.window, "cell": self.cell_type, "dropout": self.dropout_rate,
-            "position": self.position,
+            "position": self.position, **_sampler_config(self.scheduled_sampler),
         }
 
     @classmethod
@@ -295,13 +315,19 @@ class TransformerTranslator(Translator):
         max_length: the longest source / target sequence (positions, cache size).
         shared_embeddings: tie source, target and output embeddings.
         normalize_first: pre-LN blocks instead of the paper's post-LN.
+        scheduled_sampling: None (teacher forcing), or scheduled sampling in training, two-pass as in Mihaylova &
+            Martins (2019): a first decoder pass on the gold inputs (inference mode, no gradient) predicts every
+            position; each decoder input of the second pass, the one trained, is then the gold token with
+            probability eps_i and the first pass's prediction of it otherwise (the "argmax" mix, or a sample:
+            the sampler's ``prediction``). An ``attnlayers.ScheduledSampler`` or a spec such as
+            ``"inverse_sigmoid:1000"``.
 
     Call: ``model((source_ids (B, S), target_in_ids (B, T)))`` -> logits (B, T, V_t).
     """
 
     def __init__(self, source_vocabulary_size, target_vocabulary_size, num_layers=3, d_model=256, num_heads=4,
                  intermediate_dim=1024, dropout=0.1, max_length=64, shared_embeddings=False,
-                 normalize_first=False, **kwargs):
+                 normalize_first=False, scheduled_sampling=None, **kwargs):
         super().__init__(**kwargs)
         if shared_embeddings and source_vocabulary_size != target_vocabulary_size:
             raise ValueError(
@@ -329,6 +355,7 @@ class TransformerTranslator(Translator):
         self.decoder = TransformerDecoder(num_layers, **block, name="decoder")
         self.embedding_dropout = keras.layers.Dropout(dropout)
         self.output_layer = None if shared_embeddings else keras.layers.Dense(target_vocabulary_size, name="logits")
+        self.scheduled_sampler = get_sampler(scheduled_sampling)  # last: the other layers' seeds are unchanged
 
     def _logits(self, h):
         if self.output_layer is None:
@@ -353,10 +380,23 @@ class TransformerTranslator(Translator):
         source_ids, target_in = _split_inputs(inputs)
         self._check_length(target_in, "target_in_ids")
         memory, mask = self.encode(source_ids, training=training)
+        padding = ops.not_equal(target_in, self.pad_token_id)  # of the gold inputs, also with scheduled sampling
+        if self.scheduled_sampler is not None and training:
+            target_in = self._scheduled_inputs(target_in, padding, memory, mask, training)
         y = self.embedding_dropout(self.target_embedding(target_in), training=training)
-        h = self.decoder(y, memory, decoder_padding_mask=ops.not_equal(target_in, self.pad_token_id),
-                         encoder_padding_mask=mask, training=training)
+        h = self.decoder(y, memory, decoder_padding_mask=padding, encoder_padding_mask=mask, training=training)
         return self._logits(h)
+
+    def _scheduled_inputs(self, target_in, padding, memory, mask, training):
+        """Scheduled sampling for the Transformer (Mihaylova & Martins 2019): a first decoder pass on the gold
+        inputs, in inference mode and without gradient, predicts every position; the second pass reads the gold
+        token where the coin (probability eps_i) says so and the first pass's prediction otherwise. Padding stays
+        padding. -> (B, T) int32 decoder inputs."""
+        feedback = self.scheduled_sampler.feedback(target_in, training)
+        h = self.decoder(self.target_embedding(target_in), memory, decoder_padding_mask=padding,
+                         encoder_padding_mask=mask, training=False)
+        predictions = feedback.choose(ops.stop_gradient(self._logits(h)), feedback.uniform)
+        return ops.where(padding, feedback.mix(predictions), target_in)
 
     def _cache_shape(self, batch, length):
         return (batch, self.num_layers, 2, length, self.num_heads, self.d_model // self.num_heads)
@@ -420,6 +460,7 @@ class TransformerTranslator(Translator):
             "num_layers": self.num_layers, "d_model": self.d_model, "num_heads": self.num_heads,
             "intermediate_dim": self.intermediate_dim, "dropout": self.dropout_rate, "max_length": self.max_length,
             "shared_embeddings": self.shared_embeddings, "normalize_first": self.normalize_first,
+            **_sampler_config(self.scheduled_sampler),
         }
 
 
