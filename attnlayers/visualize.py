@@ -12,6 +12,10 @@ backend is used.
 Tell", Figs. 2-3) do: the image, then one panel per generated word with that word's attention map
 upsampled to the image and smoothed by :func:`upsample_attention` (NumPy only, also used by the
 captioning localization metric).
+
+The interactive HTML viewer (head, model, matrix and image views in one self-contained page, no matplotlib
+needed) lives in :mod:`attnlayers.viewer`; its entry points are re-exported here: :class:`AttentionViewer`,
+:func:`write_attention_viewer` and :func:`read_attention_viewer`.
 """
 
 import math
@@ -19,6 +23,8 @@ import os
 import sys
 
 import numpy as np
+
+from .viewer import AttentionViewer, read_attention_viewer, write_attention_viewer  # noqa: F401
 
 _INSTALL_HINT = (
     "attnlayers.visualize needs matplotlib, an optional dependency: "

@@ -75,6 +75,9 @@ def parse_args(argv=None):
                         help="split, pairs, masks, shuffling and initialization seed")
     parser.add_argument("--out", default=DEFAULT_PRETRAINED,
                         help=f"the run's folder and the checkpoint's (default {DEFAULT_PRETRAINED})")
+    parser.add_argument("--viewer", action="store_true",
+                        help="also write OUT/viewer.html, the interactive attention viewer (every layer and head) of "
+                             "a held-out sentence pair (one self-contained page: open it in a browser)")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
@@ -128,7 +131,8 @@ def run(args):
     documents = load_documents(args.corpus)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = pretraining.run_pretraining(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
-                                         strategy=strategy, verbose=args.verbose, corpus=args.corpus)
+                                         strategy=strategy, verbose=args.verbose, corpus=args.corpus,
+                                         viewer=args.viewer)
     if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
         return 0
     print(f"results: {result['results_path']}")

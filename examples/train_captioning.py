@@ -38,6 +38,7 @@ DEFAULT_EPOCHS = 30
 
 def parse_args(argv=None):
     from attnlayers.applications import core
+    from attnlayers.applications.core import scheduled_sampling as sampling_flags
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -73,6 +74,7 @@ def parse_args(argv=None):
                                                                    "included; longer captions are cut and counted")
     parser.add_argument("--beam-size", type=int, default=3, help="k of the beam search (default 3; 1 = greedy)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    sampling_flags.add_scheduled_sampling_arguments(parser)
     parser.add_argument("--num-test", type=int, default=1000, help="held-out test images (default 1000)")
     parser.add_argument("--num-validation", type=int, default=500, help="validation images (default 500)")
     parser.add_argument("--min-count", type=int, default=None,
@@ -81,10 +83,16 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="data, shuffling and initialization seed")
     parser.add_argument("--out", default=None, help="output directory (default artifacts/captioning/ATTENTION-DATA)")
     parser.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    parser.add_argument("--viewer", action="store_true",
+                        help="also write OUT/viewer.html, the interactive attention viewer of the first test image "
+                             "(the image with each word's map; one self-contained page: open it in a browser)")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
     check_budget_arguments(parser, args)
+    sampling_flags.check_scheduled_sampling_arguments(
+        parser, args, supported=args.attention in ("soft", "hard"), why="--attention soft and hard (the attention "
+        f"LSTM), not --attention {args.attention}")
     args.epochs = budget_epochs(args.epochs, args.minutes, DEFAULT_EPOCHS)  # --minutes alone: until it ends
     for flag in ("batch_size", "beam_size", "image_size", "num_test", "num_validation"):
         if getattr(args, flag) < 1:
@@ -127,11 +135,13 @@ def run(args):
     from attnlayers.applications.captioning import data, predict
     from attnlayers.applications.captioning.recipes import build_captioner
     from attnlayers.applications.captioning.export import export_captioner
+    from attnlayers.applications.core import scheduled_sampling as sampling_flags
     from attnlayers.applications.core.distribution import held_out_batch_size
 
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     splits, vocabulary = load_data(args)
     name = f"{args.attention}-{args.data.split(':')[0]}"
+    name += "-ss" if args.scheduled_sampling else ""  # its own folder: a backup of the other run is not resumed
     out = args.out or os.path.join("artifacts", "captioning", name)
     out = core.worker_directory(out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     cut = data.count_truncated(splits.train, vocabulary, max_length=args.max_length)
@@ -146,7 +156,8 @@ def run(args):
         try:
             model = build_captioner(args.attention, vocabulary.vocabulary_size, estimator=args.estimator,
                                     query=args.query, seed=args.seed, learning_rate=args.learning_rate,
-                                    max_length=args.max_length, **encoder)
+                                    max_length=args.max_length,
+                                    scheduled_sampling=sampling_flags.model_argument(args), **encoder)
         except ValueError as error:
             raise UsageError(str(error)) from None
     options = dict(batch_size=args.batch_size, image_size=args.image_size, max_length=args.max_length)
@@ -170,7 +181,8 @@ def run(args):
         model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
     print(f"model: {args.attention} attention, encoder {args.encoder} (grid {model.grid_shape}); "
           f"{model.count_params():,} parameters; {core.describe_runtime(strategy)}")
-    callbacks = core.standard_callbacks(out, minutes=args.minutes, best=core.BestWeights("val_loss"))
+    callbacks = (sampling_flags.logger_callbacks(model)  # before TensorBoard: eps_i in its logs
+                 + core.standard_callbacks(out, minutes=args.minutes, best=core.BestWeights("val_loss")))
     decoding = "greedy" if args.beam_size == 1 else BeamSearch(args.beam_size)
 
     def evaluate_model(model):
@@ -188,6 +200,12 @@ def run(args):
         paths = [predict.plot_captions(model, test, vocabulary, os.path.join(out, f"attention_{i}.png"), index=i,
                                        strategy=decoding, max_length=args.max_length) for i in range(3)]
         paths = [p for p in paths if p]
+        if args.viewer:
+            from attnlayers.applications.captioning.viewer import attention_viewer
+
+            path = os.path.join(out, "viewer.html")
+            attention_viewer(model, test, vocabulary, path, strategy=decoding, max_length=args.max_length)
+            paths.append(path)
         if paths:
             print("wrote " + ", ".join(paths))
         return paths
@@ -203,6 +221,8 @@ def run(args):
               "seed": args.seed,
               "encoder": args.encoder, "self_attention": args.self_attention, "image_size": args.image_size,
               "batch_size": args.batch_size,
+              "scheduled_sampling": args.scheduled_sampling and f"{args.scheduled_sampling} "
+                                    f"({args.scheduled_sampling_prediction})",
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(
         model, train, validation=validation, epochs=args.epochs,  # resolved by parse_args

@@ -78,6 +78,9 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=DEFAULT_OUT,
                         help=f"the run's folder; the checkpoint goes to OUT/checkpoint (default {DEFAULT_OUT})")
     parser.add_argument("--export", default=None, metavar="DIR", help="also export a SavedModel to DIR")
+    parser.add_argument("--viewer", action="store_true",
+                        help="also write OUT/viewer.html, the interactive attention viewer (every layer and head) of "
+                             "a held-out prompt and its greedy continuation (one self-contained page)")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
@@ -136,7 +139,8 @@ def run(args):
     documents = load_documents(args.corpus)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = recipes.run_training(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
-                                  strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=args.export)
+                                  strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=args.export,
+                                  viewer=args.viewer)
     if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
         return 0
     print(f"results: {result['results_path']}")

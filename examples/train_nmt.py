@@ -58,6 +58,7 @@ def _columns(text):
 
 def parse_args(argv=None):
     from attnlayers.applications import core
+    from attnlayers.applications.core import scheduled_sampling as sampling_flags
     from attnlayers.applications.nmt import recipes
 
     def listing(table):
@@ -102,6 +103,7 @@ def parse_args(argv=None):
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="Adam learning rate (default: the recipe's: 1e-3 for the RNNs, the warm-up schedule "
                              "for the Transformer)")
+    sampling_flags.add_scheduled_sampling_arguments(parser)
     held_out = (f"each held-out split gets min(asked, {HELD_OUT_FRACTION:.0%} of the pairs), at least 1 pair, so "
                 f"training keeps the majority (at least {1 - 2 * HELD_OUT_FRACTION:.0%} of 10 pairs or more)").replace("%", "%%")  # argparse
     parser.add_argument("--num-validation", type=int, default=None,
@@ -114,6 +116,9 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=None,
                         help="output directory, created once the data is read (default artifacts/nmt/MODEL-DATA)")
     parser.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    parser.add_argument("--viewer", action="store_true",
+                        help="also write OUT/viewer.html, the interactive attention viewer of the first test pair "
+                             "translated (one self-contained page: open it in a browser)")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
@@ -126,6 +131,9 @@ def parse_args(argv=None):
             if getattr(args, flag) is not None:
                 parser.error(f"--{flag} applies to --data tsv:PATH only; received --data {args.data}")
     check_budget_arguments(parser, args)
+    sampling_flags.check_scheduled_sampling_arguments(
+        parser, args, supported=args.model != "seq2seq", why="the models with attention (bahdanau, luong, local, "
+        "transformer), not --model seq2seq")
     args.epochs = budget_epochs(args.epochs, args.minutes, DEFAULT_EPOCHS)  # --minutes alone: until it ends
     for flag in ("batch_size", "max_length", "beam_size", "num_test", "num_validation"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -226,6 +234,7 @@ def run(args):
     from attnlayers import BeamSearch
     from attnlayers.applications import core, nmt
     from attnlayers.applications.nmt import evaluate, recipes
+    from attnlayers.applications.core import scheduled_sampling as sampling_flags
     from attnlayers.applications.core.distribution import held_out_batch_size
     from attnlayers.applications.nmt.export import export_translator
 
@@ -233,6 +242,7 @@ def run(args):
     splits, tokenizers = load_data(args)
     default = args.variant == recipes.DEFAULT_VARIANTS[args.model]
     name = args.model if default else f"{args.model}-{args.variant}"
+    name += "-ss" if args.scheduled_sampling else ""  # its own folder: a backup of the other run is not resumed
     out = args.out or os.path.join("artifacts", "nmt", f"{name}-{args.data.replace(':', '_').replace('/', '_')}")
     out = core.worker_directory(out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
 
@@ -264,13 +274,14 @@ def run(args):
         model, recipe_callbacks = recipes.build_recipe(
             args.model, tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size, args.variant,
             max_length=args.max_length, shared_embeddings=tokenizers.shared, learning_rate=args.learning_rate,
-            minutes=args.minutes,
+            minutes=args.minutes, scheduled_sampling=sampling_flags.model_argument(args),
         )
         model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
     variant = recipes.get_variant(args.model, args.variant)
     print(f"model: {args.model}, recipe {variant.name} ({variant.description}); {model.count_params():,} "
           f"parameters; {core.describe_runtime(strategy)}")
-    callbacks = core.standard_callbacks(out, minutes=args.minutes) + recipe_callbacks
+    callbacks = (sampling_flags.logger_callbacks(model)  # before TensorBoard: eps_i in its logs
+                 + core.standard_callbacks(out, minutes=args.minutes) + recipe_callbacks)
 
     decoding = {"greedy": "greedy", f"beam (k={args.beam_size})": BeamSearch(args.beam_size, alpha=0.6)}
 
@@ -297,6 +308,12 @@ def run(args):
     def pictures(model, out):
         paths = evaluate.plot_alignment(model, tokenizers, splits.test.source[0], splits.test.target[0],
                                         os.path.join(out, "alignment.png"), max_length=args.max_length)
+        if args.viewer:
+            from attnlayers.applications.nmt.viewer import attention_viewer
+
+            path = os.path.join(out, "viewer.html")
+            attention_viewer(model, tokenizers, splits.test.source[0], path, max_length=args.max_length)
+            paths.append(path)
         print("wrote " + ", ".join(paths))
         return paths
 
@@ -309,6 +326,8 @@ def run(args):
 
     record = {"model": args.model, "variant": args.variant, "data": args.data, "seed": args.seed,
               "max_length": args.max_length, "batch_size": args.batch_size, "truncated": truncated,
+              "scheduled_sampling": args.scheduled_sampling and f"{args.scheduled_sampling} "
+                                    f"({args.scheduled_sampling_prediction})",
               "runtime": core.describe_runtime(strategy)}
     result = core.run_recipe(
         model, train, validation=validation, epochs=args.epochs,  # resolved by parse_args

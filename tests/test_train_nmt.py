@@ -102,6 +102,7 @@ def test_a_missing_file_is_one_line_with_no_traceback_and_no_folder(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("sacrebleu") is None, reason="needs sacrebleu (test extra)")
 def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
     from attnlayers.applications import nmt
+    from attnlayers.viewer import read_attention_viewer
 
     pairs = nmt.synthetic_pairs(900, seed=2, max_length=8)
     tsv = tmp_path / "pairs.tsv"
@@ -109,13 +110,15 @@ def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
     out = tmp_path / "run"
     result = run("--model", "luong", "--data", f"tsv:{tsv}", "--epochs", "1", "--variant", "tiny",
                  "--vocabulary-size", "150", "--max-length", "8", "--beam-size", "2", "--num-test", "50", "--verbose",
-                 "2", "--minutes", "30", "--out", str(out), cwd=tmp_path)
+                 "2", "--minutes", "30", "--viewer", "--out", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "| luong | tsv:" in result.stdout and "BLEU beam (k=2)" in result.stdout
     assert "truncated at --max-length 8: " in result.stdout
     assert "the 30-minute time budget did not stop it" in result.stdout
     assert "after training (not bounded by the time budget): evaluation " in result.stdout
     assert (out / "alignment.png").stat().st_size > 5_000
+    viewer = read_attention_viewer(out / "viewer.html")  # --viewer: the first test pair's alignment
+    assert list(viewer["sets"]) == ["alignment"] and viewer["sets"]["alignment"]["target_tokens"][-1] == "[END]"
     assert (out / "translator" / "saved_model.pb").exists()
     assert list((out / "logs").rglob("events.out.tfevents.*")), "no TensorBoard logs"
     results = json.loads((out / "results.json").read_text())

@@ -164,7 +164,8 @@ def save_checkpoint(backbone, tokenizer, directory, sequence_length):
 
 
 def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strategy=None, verbose=1,
-                    results_file="results.json", record=None, tensorboard=True, backup=True, corpus="kjv"):
+                    results_file="results.json", record=None, tensorboard=True, backup=True, corpus="kjv",
+                    viewer=False):
     """Pretrains a BERT and saves its backbone as a Hugging Face checkpoint in ``out_dir``.
 
     Args:
@@ -179,6 +180,8 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
         results_file, record: see :func:`~attnlayers.applications.core.run_recipe`.
         tensorboard, backup: add those callbacks.
         corpus: the corpus' name for the record.
+        viewer: also write viewer.html, the interactive attention viewer (:mod:`attnlayers.viewer`) of the first
+            held-out document's first two sentences.
 
     Returns:
         ``run_recipe``'s result, with "held_out" (mlm_accuracy, nsp_accuracy, loss) and "baselines".
@@ -243,9 +246,18 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
 
     def pictures(model, out):
         path = plot_pretraining_curves(model.history.history, baselines, os.path.join(out, "curves.png"))
-        if path:
-            print(f"wrote {path}")
-        return [path] if path else []
+        paths = [path] if path else []
+        sentences = next((document for document in held_documents if document), None)
+        if viewer and sentences:
+            from .viewer import attention_viewer
+
+            paths.append(os.path.join(out, "viewer.html"))
+            attention_viewer(model.backbone, tokenizer, sentences[0], paths[-1],
+                             pair=sentences[1] if len(sentences) > 1 else None,
+                             sequence_length=settings.sequence_length)
+        if paths:
+            print(f"wrote {', '.join(paths)}")
+        return paths
 
     def export(model, out):
         save_checkpoint(model.backbone, tokenizer, out, settings.sequence_length)

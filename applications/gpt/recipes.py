@@ -218,7 +218,7 @@ def _whole_batches(windows, mask, batch_size, pad_token_id):
 
 def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy=None, verbose=1,
                  results_file="results.json", record=None, tensorboard=True, backup=True, corpus="kjv",
-                 export_dir=None, samples=3, callbacks=()):
+                 export_dir=None, samples=3, callbacks=(), viewer=False):
     """Trains a GPT on ``documents`` and saves it as a Hugging Face checkpoint in ``out_dir/checkpoint``.
 
     Args:
@@ -236,6 +236,8 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
         export_dir: where :func:`export_saved_model` writes a SavedModel, or None.
         samples: how many held-out prompts to continue at the end.
         callbacks: more callbacks for ``fit``.
+        viewer: also write viewer.html, the interactive attention viewer (:mod:`attnlayers.viewer`) of a held-out
+            prompt (a document's first 12 tokens) and 24 greedy tokens after it.
 
     Returns:
         ``run_recipe``'s result with "held_out" (perplexity, loss, tokens), "baselines" (unigram perplexity on the
@@ -303,9 +305,17 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
     def pictures(model, out):
         path = plot_perplexity_curves(model.history.history, baselines["unigram_perplexity"],
                                       os.path.join(out, "curves.png"))
-        if path:
-            print(f"wrote {path}")
-        return [path] if path else []
+        paths = [path] if path else []
+        prompt = next((ids[:12] for ids in held_ids if len(ids)), None)
+        if viewer and prompt is not None:
+            from .viewer import attention_viewer
+
+            paths.append(os.path.join(out, "viewer.html"))
+            text = tokenizer.detokenize(np.asarray(prompt, np.int32)).numpy().decode("utf-8", "replace")
+            attention_viewer(model, tokenizer, text, paths[-1], max_new_tokens=24)
+        if paths:
+            print(f"wrote {', '.join(paths)}")
+        return paths
 
     def export(model, out):
         directory = save_checkpoint(model, os.path.join(out, CHECKPOINT_DIR), vocab_path, merges_path)

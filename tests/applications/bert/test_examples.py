@@ -104,7 +104,7 @@ def pretrained(pretrain_script, tmp_path_factory):
         keras.config.set_dtype_policy("float32")
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            status = pretrain_script.main(PRETRAIN_FLAGS + ["--out", str(out)])
+            status = pretrain_script.main(PRETRAIN_FLAGS + ["--viewer", "--out", str(out)])
     keras.backend.clear_session()
     assert status == 0
     return out, printed.getvalue()
@@ -134,6 +134,10 @@ def test_pretraining_writes_a_loadable_checkpoint_and_its_report(pretrained):
     if result["pictures"]:  # matplotlib installed
         assert pathlib.Path(result["pictures"][0]).stat().st_size > 0
     assert (out / "logs").is_dir()
+    from attnlayers.viewer import read_attention_viewer
+
+    viewer = read_attention_viewer(out / "viewer.html")["sets"]["self-attention"]  # --viewer: a held-out pair
+    assert viewer["weights"].shape[:2] == (2, backbone.config.num_heads) and viewer["target_tokens"][0] == "[CLS]"
 
 
 def test_pretraining_baseline_counts_the_most_frequent_token():

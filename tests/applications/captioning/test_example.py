@@ -51,14 +51,15 @@ def test_a_short_run_writes_every_artefact(tmp_path):
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--data", "scenes:96", "--num-test", "8", "--num-validation", "8",
          "--image-size", "32", "--epochs", "1", "--batch-size", "32", "--beam-size", "2", "--out", str(out),
-         "--verbose", "0"],
+         "--verbose", "0", "--viewer"],
         capture_output=True, text=True, timeout=600, env=ENV, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     for header in ("BLEU-1", "BLEU-4", "CIDEr", "exact_match", "localization"):
         assert header in run.stdout
     result = json.loads((out / "results.json").read_text())
     assert result["training"]["epochs"] == 1 and 0.0 <= result["localization"] <= 1.0
-    assert len(result["pictures"]) == 3 and all(pathlib.Path(p).stat().st_size > 0 for p in result["pictures"])
+    assert len(result["pictures"]) == 4 and all(pathlib.Path(p).stat().st_size > 0 for p in result["pictures"])
+    assert result["pictures"][-1] == str(out / "viewer.html")  # --viewer: the first test image's word maps
     assert (out / "captioner" / "saved_model.pb").exists() and (out / "logs").is_dir()
 
 

@@ -50,7 +50,7 @@ def trained(tmp_path_factory):
         keras.config.set_dtype_policy("float32")
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            status = script.main(FLAGS + ["--corpus", f"text:{corpus}", "--out", str(out)])
+            status = script.main(FLAGS + ["--viewer", "--corpus", f"text:{corpus}", "--out", str(out)])
     assert status == 0
     return out, printed.getvalue(), Keep.model_, corpus
 
@@ -132,6 +132,11 @@ def test_run_reports_exact_held_out_perplexity_beside_the_baseline(trained):
     if result["pictures"]:  # matplotlib installed
         assert pathlib.Path(result["pictures"][0]).stat().st_size > 0
     assert (out / "logs").is_dir()
+    from attnlayers.viewer import read_attention_viewer
+
+    viewer = read_attention_viewer(out / "viewer.html")["sets"]["self-attention"]  # --viewer: a held-out prompt
+    assert viewer["weights"].shape[:2] == (model.config.num_layers, model.config.num_heads)
+    assert np.allclose(np.triu(viewer["weights"], k=1), 0.0)  # causal
 
 
 def test_checkpoint_loads_back_with_the_same_logits(trained):
