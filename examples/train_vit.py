@@ -10,7 +10,8 @@ test accuracy, draw where it looks (attention rollout and each layer's map), and
 Data: the 1,797 8 x 8 gray digits of scikit-learn (``pip install scikit-learn``; shipped inside the package, no
 download), split at random by --seed into 70 / 10 / 20 percent training / validation / test images. --dataset
 scenes: 32 x 32 generated scenes of 2 to 4 coloured shapes, exactly one a triangle, labelled with the triangle's
-colour (5 classes; --train-images of them, 1,000 validation and 2,000 test images, drawn in a few seconds).
+colour (5 classes; --train-images of them, 1,000 validation and 2,000 test images, drawn in a few seconds);
+--dataset scenes-shared: the same scenes and "does another shape have the triangle's colour?" (yes / no).
 
 The model is a ViT (attnlayers.applications.vision: patch embedding by a strided convolution, a class token, learned
 positions, pre-LN Transformer encoder, final LayerNorm, linear head), by default 2 x 2 patches (16 tokens + the
@@ -84,6 +85,9 @@ def parse_args(argv=None):
                         help="split, shuffling, augmentation and initialization seed")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"the run's folder (default {DEFAULT_OUT})")
     parser.add_argument("--no-export", dest="export", action="store_false", help="do not write the SavedModel")
+    parser.add_argument("--viewer", action="store_true",
+                        help="also write OUT/viewer.html (--model vit), the interactive attention viewer of the first "
+                             "test image: hover a patch to see where it attends (one self-contained page)")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
     args = parser.parse_args(argv)
@@ -148,7 +152,7 @@ def run(args):
                          f"{2 ** len(settings.filters)}")
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = recipes.run_training(settings, out, splits=splits, strategy=strategy, verbose=args.verbose,
-                                  export=args.export)
+                                  export=args.export, viewer=args.viewer)
     if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
         return 0
     print(f"results: {result['results_path']}")

@@ -9,6 +9,7 @@ checkpoint averaging, Vaswani et al. 2017, section 6.1), a one-line-per-epoch lo
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 
@@ -354,7 +355,10 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
     if progress:
         callbacks.append(ProgressLog())
     if out_dir is not None and tensorboard:
-        callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs")))
+        if importlib.util.find_spec("tensorflow") is None:  # Keras writes its summaries with TensorFlow
+            print("TensorBoard logs need TensorFlow (pip install tensorflow): training without them", flush=True)
+        else:
+            callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs")))
     restore = None
     if out_dir is not None and backup:
         restore = BackupAndRestore(os.path.join(out_dir, "backup"))

@@ -5,6 +5,8 @@
 - :func:`triangle_colours`: generated scenes (applications/core/scenes.py) of 2 to 4 coloured shapes, exactly one of
   them a triangle; the class is the triangle's colour (5 classes). The answer needs the right object: the other
   objects have colours too, drawn the same way.
+- :func:`triangle_colour_shared`: the same scenes, and the question "does another shape have the triangle's
+  colour?" (yes / no, balanced): a relation between two objects anywhere in the image.
 - :class:`ShiftedBatches`: shuffled batches with random translations of up to ``shift`` pixels (zero fill), the
   augmentation a ViT needs on so few images (it has no convolutional prior for translation).
 
@@ -76,6 +78,62 @@ def _one_triangle(py_rng, count):
              py_rng.choice(list(SIZES))) for i in range(count)]
 
 
+def _one_triangle_shared(py_rng, count):
+    """As :func:`_one_triangle`, and with probability 1/2 another object of the triangle's colour, else none."""
+    from ..core.scenes import COLOURS
+
+    objects = _one_triangle(py_rng, count)
+    target = next(i for i, o in enumerate(objects) if o[0] == TRIANGLE_SHAPE)
+    colour = objects[target][1]
+    others = [i for i in range(count) if i != target]
+    chosen = py_rng.choice(others) if py_rng.random() < 0.5 else None  # the object that shares the colour
+    rest = [c for c in COLOURS if c != colour]
+    result = []
+    for i, (shape, c, size) in enumerate(objects):
+        if i == chosen:
+            c = colour
+        elif chosen is None and i != target and c == colour:
+            c = py_rng.choice(rest)
+        result.append((shape, c, size))
+    return result
+
+
+def _scene_splits(num_train, num_validation, num_test, image_size, min_objects, max_objects, seed, attributes,
+                  label, name):
+    """(images in [0, 1], labels) for the three splits, each drawn with its own seed."""
+    from ..core.scenes import draw_scenes
+
+    splits = []
+    for index, count in enumerate((num_train, num_validation, num_test)):
+        count = non_negative_int(count, ("num_train", "num_validation", "num_test")[index])
+        split_seed = int(np.random.SeedSequence([non_negative_int(seed, "seed"), 10 + index]).generate_state(1)[0])
+        images, objects = draw_scenes(count, image_size=image_size, min_objects=min_objects, max_objects=max_objects,
+                                      seed=split_seed, attributes=attributes, name=name)
+        splits.append(((images / np.float32(255.0)).astype(np.float32),
+                       np.asarray([label(scene) for scene in objects], np.int32)))
+    return splits
+
+
+def _triangle(scene):
+    return next(o for o in scene if o.shape == TRIANGLE_SHAPE)
+
+
+def triangle_colour_shared(num_train=20000, num_validation=1000, num_test=2000, *, image_size=32, min_objects=2,
+                           max_objects=4, seed=0):
+    """"Does another shape have the triangle's colour?" on generated scenes, as :class:`ImageSplits` of (S, S, 3)
+    images in [0, 1], classes ("no", "yes"), each with probability 1/2.
+
+    The scenes are :func:`triangle_colours`' (exactly one triangle among ``min_objects`` to ``max_objects``
+    shapes); in "yes" scenes one other shape, chosen at random, has the triangle's colour, in "no" scenes none has.
+    """
+    def shared(scene):
+        triangle = _triangle(scene)
+        return int(any(o.colour == triangle.colour for o in scene if o is not triangle))
+
+    return ImageSplits(*_scene_splits(num_train, num_validation, num_test, image_size, min_objects, max_objects, seed,
+                                      _one_triangle_shared, shared, "triangle_colour_shared"), ("no", "yes"))
+
+
 def triangle_colours(num_train=20000, num_validation=1000, num_test=2000, *, image_size=32, min_objects=2,
                      max_objects=4, seed=0):
     """"What colour is the triangle?" on generated scenes, as :class:`ImageSplits` of (S, S, 3) images in [0, 1].
@@ -84,19 +142,12 @@ def triangle_colours(num_train=20000, num_validation=1000, num_test=2000, *, ima
     colours, two sizes, anywhere), exactly one of them a triangle; its label is the triangle's colour, one of
     ``COLOURS`` (applications/core/scenes.py). The splits are drawn with their own seeds, so no image repeats.
     """
-    from ..core.scenes import COLOURS, draw_scenes
+    from ..core.scenes import COLOURS
 
     class_names = tuple(COLOURS)
-    splits = []
-    for index, count in enumerate((num_train, num_validation, num_test)):
-        count = non_negative_int(count, ("num_train", "num_validation", "num_test")[index])
-        split_seed = int(np.random.SeedSequence([non_negative_int(seed, "seed"), 10 + index]).generate_state(1)[0])
-        images, objects = draw_scenes(count, image_size=image_size, min_objects=min_objects, max_objects=max_objects,
-                                      seed=split_seed, attributes=_one_triangle, name="triangle_colours")
-        labels = np.asarray([class_names.index(next(o.colour for o in scene if o.shape == TRIANGLE_SHAPE))
-                             for scene in objects], np.int32)
-        splits.append(((images / np.float32(255.0)).astype(np.float32), labels))
-    return ImageSplits(*splits, class_names)
+    return ImageSplits(*_scene_splits(num_train, num_validation, num_test, image_size, min_objects, max_objects, seed,
+                                      _one_triangle, lambda scene: class_names.index(_triangle(scene).colour),
+                                      "triangle_colours"), class_names)
 
 
 def random_shift(images, shift, rng):
@@ -142,4 +193,4 @@ class ShiftedBatches(keras.utils.PyDataset):
 
 
 __all__ = ["DIGIT_CLASSES", "ImageSplits", "ShiftedBatches", "TRIANGLE_SHAPE", "digits", "random_shift", "split_indices",
-           "triangle_colours"]
+           "triangle_colour_shared", "triangle_colours"]

@@ -19,9 +19,9 @@ import numpy as np
 
 DEFAULT_OUT = "runs/vit"
 SAVED_MODEL_DIR = "saved_model"
-DATASETS = ("digits", "scenes")
+DATASETS = ("digits", "scenes", "scenes-shared")
 MODELS = ("vit", "cnn")
-PATCH_SIZES = {"digits": 2, "scenes": 4}  # the default patch size per dataset: 16 + 1 and 64 + 1 tokens
+PATCH_SIZES = {"digits": 2, "scenes": 4, "scenes-shared": 4}  # the default patch size: 16 + 1 or 64 + 1 tokens
 
 
 @dataclasses.dataclass
@@ -30,7 +30,8 @@ class TrainingSettings:
 
     Attributes:
         dataset: "digits" (scikit-learn's 8 x 8 digits) or "scenes" (:func:`~.data.triangle_colours`: what colour is
-            the triangle, 32 x 32 generated scenes).
+            the triangle, 32 x 32 generated scenes) or "scenes-shared" (:func:`~.data.triangle_colour_shared`: does
+            another shape have the triangle's colour).
         train_images: the scenes' training images (generated; the digits have their own 1,257).
         model: "vit", or "cnn" (:class:`~.cnn.ConvNet`, the baseline of about the same size; its ``filters``).
         patch_size (None: :data:`PATCH_SIZES` of the dataset), num_layers, num_heads, hidden_dim, mlp_dim, pooling,
@@ -72,6 +73,8 @@ def load_dataset(name, seed=0, train_images=20000):
 
     if one_of(name, "dataset", DATASETS) == "scenes":
         return data.triangle_colours(train_images, seed=seed)
+    if name == "scenes-shared":
+        return data.triangle_colour_shared(train_images, seed=seed)
     return data.digits(seed=seed)
 
 
@@ -186,7 +189,7 @@ def plot_accuracy_curves(history, path):
 
 
 def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, results_file="results.json",
-                 tensorboard=True, backup=True, export=True, callbacks=()):
+                 tensorboard=True, backup=True, export=True, callbacks=(), viewer=False):
     """Trains a ViT on ``settings.dataset`` (or ``splits``), evaluates it on the test split, draws its attention
     and exports a SavedModel to ``out_dir/saved_model``.
 
@@ -199,6 +202,8 @@ def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, re
         verbose: ``fit``'s verbosity.
         tensorboard, backup: add those callbacks. export: write the SavedModel (TensorFlow backend only).
         callbacks: more callbacks for ``fit``.
+        viewer: (the ViT) also write viewer.html, the interactive attention viewer (:mod:`attnlayers.viewer`) of the
+            first test image.
 
     Returns:
         ``run_recipe``'s result with "test" (accuracy, loss, examples) and "export".
@@ -234,6 +239,11 @@ def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, re
         paths = [plot_accuracy_curves(model.history.history, os.path.join(out, "curves.png"))]
         if settings.model == "vit":
             paths += attention_pictures(model, x_test, y_test, splits.class_names, out)
+            if viewer:
+                from .viewer import attention_viewer
+
+                paths.append(os.path.join(out, "viewer.html"))
+                attention_viewer(model, x_test[0], paths[-1], class_names=splits.class_names)
         paths = [p for p in paths if p]
         for path in paths:
             print(f"wrote {path}")

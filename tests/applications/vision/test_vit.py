@@ -18,7 +18,7 @@ import pytest
 
 from attnlayers.applications.vision import ViT, ViTConfig, from_keras_hub
 from attnlayers.applications.vision.cnn import ConvNet, ConvNetConfig
-from attnlayers.applications.vision.data import digits, random_shift, triangle_colours
+from attnlayers.applications.vision.data import digits, random_shift, triangle_colour_shared, triangle_colours
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 TINY = dict(image_shape=(8, 8, 1), patch_size=2, num_classes=10, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32)
@@ -129,6 +129,20 @@ def test_triangle_colours_label_the_one_triangle():
         triangle_colours(-1)
 
 
+def test_triangle_colour_shared_says_whether_another_shape_shares_it():
+    from attnlayers.applications.core.scenes import draw_scenes
+    from attnlayers.applications.vision.data import _one_triangle_shared
+
+    splits = triangle_colour_shared(400, 10, 10, seed=4)
+    assert splits.class_names == ("no", "yes") and 150 < splits.train[1].sum() < 250  # about half are "yes"
+    images, objects = draw_scenes(400, image_size=32, min_objects=2, max_objects=4, attributes=_one_triangle_shared,
+                                  seed=int(np.random.SeedSequence([4, 10]).generate_state(1)[0]))
+    np.testing.assert_array_equal(splits.train[0], images / np.float32(255))
+    for scene, label in zip(objects, splits.train[1]):
+        triangle, = [o for o in scene if o.shape == "triangle"]
+        assert label == any(o.colour == triangle.colour for o in scene if o is not triangle)
+
+
 def test_cnn_baseline_sizes_and_bad_config(rng):
     config = ConvNetConfig(image_shape=(32, 32, 3), num_classes=5)
     model = ConvNet(config)
@@ -174,12 +188,12 @@ def test_train_vit_example_end_to_end(tmp_path):
     spec.loader.exec_module(script)
     out = tmp_path / "run"
     assert script.main(["--epochs", "3", "--num-layers", "1", "--hidden-dim", "16", "--mlp-dim", "32", "--num-heads",
-                        "2", "--out", str(out), "--verbose", "0", "--learning-rate", "3e-3"]) == 0
+                        "2", "--out", str(out), "--verbose", "0", "--learning-rate", "3e-3", "--viewer"]) == 0
     result = json.loads((out / "results.json").read_text())
     assert result["training"]["epochs"] == 3 and result["test"]["examples"] == 359
     assert result["test"]["accuracy"] > 0.3  # chance is 0.1; three epochs of a one-layer model
     names = {pathlib.Path(p).name for p in result["pictures"]}
-    assert names == {"curves.png", "heads.png", *(f"attention_{i}.png" for i in range(4))}
+    assert names == {"curves.png", "heads.png", "viewer.html", *(f"attention_{i}.png" for i in range(4))}
     assert all((out / name).stat().st_size > 1000 for name in names)
     assert (out / "logs").is_dir()
 
