@@ -120,6 +120,21 @@ def keras_hub_translator(vocabulary_size):
     return model
 
 
+def shared_tokenizers(splits, results, seed):
+    """The shared German-English SentencePiece tokenizers of ``splits`` at seed ``seed``: learned once, saved in
+    ``results`` (a Path) and read back by every later run of the same seed."""
+    from attnlayers.applications import nmt
+
+    path = results / f"spm{VOCABULARY}_seed{seed}.model"
+    results.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        tokenizer = nmt.SubwordTokenizer.load(path)
+        return nmt.Tokenizers(tokenizer, tokenizer)
+    tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=VOCABULARY, shared=True)
+    tokenizers.source.save(path)
+    return tokenizers
+
+
 def run(args):
     import keras
 
@@ -137,14 +152,7 @@ def run(args):
         # The sentences are what is tested: each is repeated LEXICON_SENTENCE_COPIES times among the entries.
         train_pairs = nmt.Pairs(train_pairs.source * LEXICON_SENTENCE_COPIES + lexicon.source,
                                 train_pairs.target * LEXICON_SENTENCE_COPIES + lexicon.target)
-    tokenizer_path = args.results / f"spm{VOCABULARY}_seed{args.seed}.model"
-    args.results.mkdir(parents=True, exist_ok=True)
-    if tokenizer_path.exists():
-        tokenizer = nmt.SubwordTokenizer.load(tokenizer_path)
-        tokenizers = nmt.Tokenizers(tokenizer, tokenizer)
-    else:
-        tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=VOCABULARY, shared=True)
-        tokenizers.source.save(tokenizer_path)
+    tokenizers = shared_tokenizers(splits, args.results, args.seed)
     lengths = dict(max_source_length=MAX_LENGTH, max_target_length=MAX_LENGTH)
     train = nmt.make_dataset(train_pairs, tokenizers, batch_size=args.batch_size, seed=args.seed, **lengths)
     validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=200, shuffle=False, **lengths)

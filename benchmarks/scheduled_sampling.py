@@ -32,7 +32,7 @@ import time
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "scheduled_sampling"
 NMT_MODELS = ("bahdanau", "luong", "local", "transformer")
 CAPTIONING_MODELS = ("soft", "hard")
-NMT_MAX_LENGTH, VOCABULARY = 48, 4000  # as benchmarks/nmt_quality.py
+NMT_MAX_LENGTH = 48  # as benchmarks/nmt_quality.py
 CAPTION_MAX_LENGTH, IMAGE_SIZE = 20, 64  # as benchmarks/captioning_quality.py
 
 
@@ -124,13 +124,10 @@ def run_nmt(args, scheduled):
     keras.utils.set_random_seed(args.seed)
     splits = nmt.split_pairs(nmt.load_de_en(), seed=args.seed)
     test = splits.test[: args.num_test]
-    tokenizer_path = args.results / f"spm{VOCABULARY}_seed{args.seed}.model"
-    if tokenizer_path.exists():
-        tokenizer = nmt.SubwordTokenizer.load(tokenizer_path)
-        tokenizers = nmt.Tokenizers(tokenizer, tokenizer)
-    else:
-        tokenizers = nmt.build_tokenizers(splits, source_vocabulary_size=VOCABULARY, shared=True)
-        tokenizers.source.save(tokenizer_path)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from nmt_quality import shared_tokenizers  # the same learned vocabulary file as the quality bench's
+
+    tokenizers = shared_tokenizers(splits, args.results, args.seed)
     lengths = dict(max_source_length=NMT_MAX_LENGTH, max_target_length=NMT_MAX_LENGTH)
     train = nmt.make_dataset(splits.train, tokenizers, batch_size=args.batch_size, seed=args.seed, **lengths)
     validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=200, shuffle=False, **lengths)

@@ -67,17 +67,12 @@ def describe_scene(objects: list) -> tuple:
 def make_scenes(
     num_images: int, *, image_size: int = 64, min_objects: int = 1, max_objects: int = 4, seed: int = 0
 ) -> CaptionSet:
-    """Generates captioned scenes (docs/captioning-data.md).
-
-    Each image holds `min_objects` to `max_objects` objects (uniform), each of a uniformly drawn shape, colour
-    and size, at random positions inside the image with at least 3 pixels (at 64x64; scaled) between boxes.
+    """Generates captioned scenes (docs/captioning-data.md): `applications.core.scenes.draw_scenes`' images, each
+    object of a uniformly drawn shape, colour and size, captioned by `describe_scene`.
 
     Args:
-        num_images: how many images.
-        image_size: height and width in pixels (>= 16); object sizes and gaps scale with it.
-        min_objects, max_objects: the range of objects per image.
-        seed: the same seed gives the same scenes in every process; the first k scenes do not depend on
-            `num_images`.
+        num_images, image_size, min_objects, max_objects, seed: as `draw_scenes` (image_size >= 16; the same seed
+            gives the same scenes in every process; the first k scenes do not depend on `num_images`).
 
     Returns:
         A `CaptionSet` with `images` uint8 (num_images, image_size, image_size, 3), one caption per image,
