@@ -117,7 +117,8 @@ def main(argv=None):
     print(f"maps ({args.layers}, {args.heads}, {args.tokens}, {args.tokens}) = {weights.size:,} weights")
     print(f"page: {size / 1e6:.2f} MB ({size / weights.size:.2f} bytes per weight), written in {write_seconds:.2f} s")
     print(f"load, navigation start -> ready: first {ready[0]:.0f} ms, then median "
-          f"{statistics.median(ready[1:]):.0f} ms (min {min(ready[1:]):.0f}, max {max(ready[1:]):.0f}) over {len(ready) - 1} loads; "
+          f"{statistics.median(ready[1:]):.0f} ms (min {min(ready[1:]):.0f}, max {max(ready[1:]):.0f}) "
+          f"over {len(ready) - 1} loads; "
           f"wall time from driver.get to ready seen: median {statistics.median(w for _, w, _ in loads[1:]):.2f} s")
     print(f"model view ({args.layers * args.heads} maps) opened in {model_view * 1000:.0f} ms; head view hover "
           f"redraw {hover:.0f} ms (script time)")

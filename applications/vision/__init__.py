@@ -9,9 +9,10 @@
 
 Modules: `model` (ViTConfig with the named sizes of VIT_PRESETS and their closed-form parameter_count, ViT),
 `keras_hub_weights` (a ViT from a keras-hub ViTBackbone: same sizes, same weights), `cnn` (ConvNet, the
-convolutional baseline of about the same size), `data` (scikit-learn's digits, the generated scenes' "what colour is
-the triangle", random-shift batches), `recipes` (TrainingSettings, run_training: the recipe of examples/train_vit.py) and `export`
-(export_classifier: a SavedModel, uint8 images in, class probabilities out; TensorFlow, imported on first use).
+convolutional baseline of about the same size), `data` (scikit-learn's digits, the generated scenes' two questions
+about the triangle, random-shift batches), `recipes` (TrainingSettings, run_training: the recipe of
+examples/train_vit.py), `viewer` (attention_viewer: the interactive HTML page) and `export` (export_classifier: a
+SavedModel, uint8 images in, class probabilities out; TensorFlow, imported on first use).
 The SAGAN self-attention block for CNNs is a layer: ``attnlayers.SelfAttention2D``.
 """
 
@@ -23,6 +24,7 @@ from .model import POOLING, VIT_PRESETS, ViT, ViTConfig
 # The SavedModel export needs TensorFlow: imported on first use, so the model imports without it (JAX on GPUs).
 _LAZY = {"export_classifier": "export"}
 
-__all__ = ["ConvNet", "ConvNetConfig", "POOLING", "VIT_PRESETS", "ViT", "ViTConfig", "copy_keras_hub_weights", "from_keras_hub", *_LAZY]
+__all__ = ["ConvNet", "ConvNetConfig", "POOLING", "VIT_PRESETS", "ViT", "ViTConfig", "copy_keras_hub_weights",
+           "from_keras_hub", *_LAZY]
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

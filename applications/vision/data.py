@@ -192,5 +192,5 @@ class ShiftedBatches(keras.utils.PyDataset):
         return random_shift(self.images[chosen], self.shift, self.rng), self.labels[chosen]
 
 
-__all__ = ["DIGIT_CLASSES", "ImageSplits", "ShiftedBatches", "TRIANGLE_SHAPE", "digits", "random_shift", "split_indices",
-           "triangle_colour_shared", "triangle_colours"]
+__all__ = ["DIGIT_CLASSES", "ImageSplits", "ShiftedBatches", "TRIANGLE_SHAPE", "digits", "random_shift",
+           "split_indices", "triangle_colour_shared", "triangle_colours"]
