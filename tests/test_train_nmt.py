@@ -54,6 +54,8 @@ def test_help_explains_every_flag(script, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--data", "wikipedia"], "--data must be synthetic, de-en or tsv:PATH"),
     (["--model", "rnn"], "invalid choice"),
+    (["--model", "seq2seq", "--scheduled-sampling", "linear:1,0.01"], "--scheduled-sampling applies to the models with"),
+    (["--scheduled-sampling", "cosine:3"], "Unknown sampling schedule 'cosine:3'"),
     (["--epochs", "0"], "--epochs must be at least 1"),
     (["--precision", "float8"], "invalid choice"),
     (["--model", "bahdanau", "--variant", "lowres"], "--variant lowres is not a recipe of --model bahdanau"),
@@ -110,7 +112,8 @@ def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
     out = tmp_path / "run"
     result = run("--model", "luong", "--data", f"tsv:{tsv}", "--epochs", "1", "--variant", "tiny",
                  "--vocabulary-size", "150", "--max-length", "8", "--beam-size", "2", "--num-test", "50", "--verbose",
-                 "2", "--minutes", "30", "--viewer", "--out", str(out), cwd=tmp_path)
+                 "2", "--minutes", "30", "--viewer", "--scheduled-sampling", "linear:1,0.01", "--out", str(out),
+                 cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "| luong | tsv:" in result.stdout and "BLEU beam (k=2)" in result.stdout
     assert "truncated at --max-length 8: " in result.stdout
@@ -127,6 +130,8 @@ def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
     assert results["variant"] == "tiny" and results["training"]["epochs"] == 1
     assert set(results["seconds"]) == {"train", "evaluate", "pictures", "export"}
     assert 700 < results["truncated"]["train"]["total"] < 900 - 2 * 50 + 1
+    assert results["scheduled_sampling"] == "linear:1,0.01,0 (sample)"  # eps_i = max(0, 1 - 0.01 i), logged:
+    assert 0.0 <= results["training"]["history"]["scheduled_sampling_epsilon"][-1] < 1.0
 
 
 # --------------------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ def test_help_explains_every_flag(script, capsys):
     (["--attention", "local"], "invalid choice"),
     (["--epochs", "0"], "--epochs must be at least 1"),
     (["--max-length", "2"], "--max-length must be at least 3"),
+    (["--attention", "transformer", "--scheduled-sampling", "exponential:0.99"],
+     "--scheduled-sampling applies to --attention soft and hard"),
 ])
 def test_bad_flags_fail_with_a_message(script, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -51,7 +53,7 @@ def test_a_short_run_writes_every_artefact(tmp_path):
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--data", "scenes:96", "--num-test", "8", "--num-validation", "8",
          "--image-size", "32", "--epochs", "1", "--batch-size", "32", "--beam-size", "2", "--out", str(out),
-         "--verbose", "0", "--viewer"],
+         "--verbose", "0", "--viewer", "--scheduled-sampling", "inverse_sigmoid:2"],
         capture_output=True, text=True, timeout=600, env=ENV, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     for header in ("BLEU-1", "BLEU-4", "CIDEr", "exact_match", "localization"):
@@ -61,6 +63,8 @@ def test_a_short_run_writes_every_artefact(tmp_path):
     assert len(result["pictures"]) == 4 and all(pathlib.Path(p).stat().st_size > 0 for p in result["pictures"])
     assert result["pictures"][-1] == str(out / "viewer.html")  # --viewer: the first test image's word maps
     assert (out / "captioner" / "saved_model.pb").exists() and (out / "logs").is_dir()
+    assert result["scheduled_sampling"] == "inverse_sigmoid:2 (sample)"  # eps_i = 2 / (2 + exp(i / 2)), logged
+    assert 0.0 < result["training"]["history"]["scheduled_sampling_epsilon"][-1] < 2 / 3
 
 
 def test_data_problems_are_one_line_errors(tmp_path):
