@@ -57,6 +57,9 @@ def parse_args(argv=None):
     parser.add_argument("--num-train", type=int, default=8000, help="captioning: training scenes (default 8000)")
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS, help="where JSON results are written")
     parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
+    parser.add_argument("--plot", type=pathlib.Path, default=None,
+                        help="with --table: also draw, per task, token accuracy against the position in the "
+                             "reference, teacher forced and free running, with and without scheduled sampling (PNG)")
     args = parser.parse_args(argv)
     if args.table:
         return args
@@ -149,7 +152,7 @@ def run_nmt(args, scheduled):
             print(f"BLEU {name} {bleu:.2f} ({time.perf_counter() - start:.1f} s)", flush=True)
         result["examples"] = [{"source": s, "reference": r, "hypothesis": h}
                               for s, r, h in list(zip(test.source, test.target, hypotheses))[:3]]
-        result["exposure_bias"] = _exposure(model, held_out, NMT_MAX_LENGTH)
+        result["exposure_bias"] = _exposure(model, held_out, NMT_MAX_LENGTH + 1)  # + 1: the start token
         return result
 
     return model, train, validation, _callbacks(model, args.minutes, recipe_callbacks), evaluate_model
@@ -188,7 +191,7 @@ def run_captioning(args, scheduled):
             if name == "greedy":
                 result["examples"] = [{"reference": r[0], "hypothesis": h}
                                       for r, h in list(zip(splits.test.captions, hypotheses))[:3]]
-        result["exposure_bias"] = _exposure(model, held_out, CAPTION_MAX_LENGTH)
+        result["exposure_bias"] = _exposure(model, held_out, CAPTION_MAX_LENGTH + 1)  # + 1: the start token
         return result
 
     from attnlayers.applications import core
@@ -265,10 +268,54 @@ def table(results_dir, names=None):
             print(_row(r))
 
 
+def plot_positions(results_dir, path, task="captioning", least_tokens=100):
+    """Token accuracy against the position t in the reference (``exposure_bias``'s ``by_position``), teacher
+    forced (dashed) and free running (solid), teacher forcing against scheduled sampling, one panel per seed of
+    ``task``; positions with fewer than ``least_tokens`` reference tokens are left out. Returns ``path`` (None
+    without matplotlib or results)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(results_dir).glob(f"{task}-*.json"))]
+    rows = [r for r in rows if isinstance(r, dict) and "exposure_bias" in r]
+    seeds = sorted({r["seed"] for r in rows})
+    if not seeds:
+        return None
+    figure, axes = plt.subplots(1, len(seeds), figsize=(5.5 * len(seeds), 3.8), squeeze=False, sharey=True)
+    for axis, seed in zip(axes[0], seeds):
+        for r in (r for r in rows if r["seed"] == seed):
+            by = r["exposure_bias"]["by_position"]
+            t = [i for i, c in enumerate(by["tokens"]) if c >= least_tokens]
+            name = "teacher forcing" if r["scheduled_sampling"] is None else f"scheduled sampling ({r['scheduled_sampling']})"
+            colour = "tab:blue" if r["scheduled_sampling"] is None else "tab:orange"
+            axis.plot(t, [by["teacher_forced"][i] for i in t], "--", color=colour, alpha=0.6,
+                      label=f"{name}: reads the reference")
+            axis.plot(t, [by["free_running"][i] for i in t], "-", color=colour,
+                      label=f"{name}: reads its own words (gap {r['exposure_bias']['gap']:.3f})")
+        axis.set_title(f"{task}, seed {seed}")
+        axis.set_xlabel("position in the reference (tokens)")
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("token accuracy")
+    axes[0][-1].legend(fontsize=7, loc="lower left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.table:
         table(args.results)
+        for task in ("captioning", "nmt"):
+            if args.plot is not None:
+                path = plot_positions(args.results, args.plot.with_name(f"{args.plot.stem}-{task}.png"), task)
+                if path:
+                    print(f"wrote {path}")
         return 0
     runs = [None, args.scheduled_sampling] if args.compare else [args.scheduled_sampling]
     names = []

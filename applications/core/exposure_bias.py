@@ -53,12 +53,14 @@ def exposure_bias(model, batches, *, max_length=None, max_batches=None):
         batches: an iterable (a ``tf.data.Dataset``) of ``((source, target_in), target_out)`` batches, the
             training format of ``nmt.make_dataset`` and ``captioning.data.make_dataset``; held-out data.
         max_length: L, the free-running output length, start token included (default: the model's longest, or
-            ``default_max_length``); reference positions at or beyond L - 1 count as wrong in free running.
-            Fixed shapes (e.g. ``pad_to_max_length``) avoid retracing.
+            ``default_max_length``). Free running cannot reach reference positions t >= L - 1: those tokens are
+            left out of both accuracies and counted in "unreachable_tokens" (give L = the longest target_out + 1
+            to score every token). Fixed shapes (e.g. ``pad_to_max_length``) avoid retracing.
         max_batches: read at most this many batches (None: all).
 
     Returns:
-        ``{"teacher_forced_accuracy", "free_running_accuracy", "gap", "tokens", "sequences", "by_position":
+        ``{"teacher_forced_accuracy", "free_running_accuracy", "gap", "tokens", "unreachable_tokens", "sequences",
+        "by_position":
         {"teacher_forced": [...], "free_running": [...], "tokens": [...]}}``: accuracies in [0, 1] over the
         reference tokens (target_out != pad), per position t = 0, 1, ... in ``by_position``.
     """
@@ -67,7 +69,7 @@ def exposure_bias(model, batches, *, max_length=None, max_batches=None):
         max_batches = positive_int(max_batches, "max_batches")
     teacher, free = _compiled(model, max_length)
     pad = model.pad_token_id
-    forced_hits, free_hits, counts, sequences = np.zeros(0), np.zeros(0), np.zeros(0), 0
+    forced_hits, free_hits, counts, sequences, unreachable = np.zeros(0), np.zeros(0), np.zeros(0), 0, 0
     for i, batch in enumerate(batches):
         if max_batches is not None and i >= max_batches:
             break
@@ -78,6 +80,8 @@ def exposure_bias(model, batches, *, max_length=None, max_batches=None):
                              f"{type(batch).__name__}.") from None
         target_out = np.asarray(ops.convert_to_numpy(target_out))
         real = target_out != pad
+        unreachable += int(real[:, max_length - 1:].sum())
+        real[:, max_length - 1:] = False  # beyond what free running can generate: scored by neither
         predicted = np.asarray(ops.convert_to_numpy(ops.argmax(teacher((source, target_in)), axis=-1)))
         generated = np.asarray(ops.convert_to_numpy(free(source)))[:, 1:]  # without the start token
         length = target_out.shape[1]
@@ -98,7 +102,8 @@ def exposure_bias(model, batches, *, max_length=None, max_batches=None):
         return [round(float(h / c), 4) if c else None for h, c in zip(hits, counts)]
 
     return {"teacher_forced_accuracy": float(forced), "free_running_accuracy": float(free_running),
-            "gap": float(forced - free_running), "tokens": int(total), "sequences": int(sequences),
+            "gap": float(forced - free_running), "tokens": int(total), "unreachable_tokens": unreachable,
+            "sequences": int(sequences),
             "by_position": {"teacher_forced": per_position(forced_hits), "free_running": per_position(free_hits),
                             "tokens": [int(c) for c in counts]}}
 

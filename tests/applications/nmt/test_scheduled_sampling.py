@@ -131,7 +131,10 @@ def test_exposure_bias_against_numpy():
     assert result["teacher_forced_accuracy"] == pytest.approx(forced.sum() / real.sum())
     assert result["free_running_accuracy"] == pytest.approx(free.sum() / real.sum())
     assert result["gap"] == pytest.approx((forced.sum() - free.sum()) / real.sum())
-    assert result["by_position"]["tokens"] == real.sum(0).tolist()
+    assert result["by_position"]["tokens"] == real.sum(0).tolist() and result["unreachable_tokens"] == 0
+    # One step shorter: free running cannot reach the last position, which neither accuracy then scores.
+    short = exposure_bias(model, [((source, target_in), target_out)], max_length=T)
+    assert short["unreachable_tokens"] == real[:, T - 1:].sum() and short["tokens"] == real[:, :T - 1].sum()
     # On the model's own greedy output as the reference, free running is teacher forcing: no gap.
     own = exposure_bias(model, [((source, tokens[:, :-1]), tokens[:, 1:])], max_length=T + 1)
     assert own["teacher_forced_accuracy"] == 1.0 and own["free_running_accuracy"] == 1.0 and own["gap"] == 0.0
