@@ -71,6 +71,19 @@ def open_page(driver, path, timeout=60):
     return float(ready), wall, severe
 
 
+def hover(driver, element, x=None, y=None):
+    """Moves the mouse over ``element`` (its centre, or the point (x, y) px from its top left corner)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    chain = ActionChains(driver, duration=0)
+    if x is None:
+        chain.move_to_element(element)
+    else:
+        rect = element.rect
+        chain.move_to_element_with_offset(element, round(x - rect["width"] / 2), round(y - rect["height"] / 2))
+    chain.perform()
+
+
 def maps(layers, heads, tokens, seed=0):
     logits = np.random.default_rng(seed).normal(size=(layers, heads, tokens, tokens)).astype("float32") * 2
     e = np.exp(logits - logits.max(-1, keepdims=True))

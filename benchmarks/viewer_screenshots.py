@@ -22,19 +22,7 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")
 
-from viewer_load import chromium, open_page  # noqa: E402
-
-
-def _hover(driver, element, x=None, y=None):
-    from selenium.webdriver.common.action_chains import ActionChains
-
-    chain = ActionChains(driver, duration=0)
-    if x is None:
-        chain.move_to_element(element)
-    else:
-        rect = element.rect
-        chain.move_to_element_with_offset(element, round(x - rect["width"] / 2), round(y - rect["height"] / 2))
-    chain.perform()
+from viewer_load import chromium, hover, open_page  # noqa: E402
 
 
 def _select(driver, element_id, value):
@@ -89,11 +77,11 @@ def main(argv=None):
         _select(driver, "hv-layer", args.bert_layer)
         tokens = driver.find_elements("css selector", "#hv-queries .tok")
         token = next(t for t in tokens if t.find_element("css selector", ".lbl").text == args.bert_token)
-        _hover(driver, token)
+        hover(driver, token)
         _capture(driver, os.path.join(args.out, "viewer-head.png"))
         # model view: every layer and head
         driver.find_element("id", "tab-model").click()
-        _hover(driver, driver.find_element("css selector", "header h1"))
+        hover(driver, driver.find_element("css selector", "header h1"))
         _capture(driver, os.path.join(args.out, "viewer-model.png"))
         # the alignment matrix of a trained RNN translator, a cell hovered
         open_page(driver, args.nmt)
@@ -101,12 +89,12 @@ def main(argv=None):
         rows = len(driver.find_elements("css selector", ".mx-left div"))
         cols = len(driver.find_elements("css selector", ".mx-top div"))
         t, s = rows // 2, cols // 2
-        _hover(driver, canvas, (s + 0.5) * canvas.rect["width"] / cols, (t + 0.5) * canvas.rect["height"] / rows)
+        hover(driver, canvas, (s + 0.5) * canvas.rect["width"] / cols, (t + 0.5) * canvas.rect["height"] / rows)
         _capture(driver, os.path.join(args.out, "viewer-alignment.png"))
         # the image view of a trained captioner: a word hovered
         open_page(driver, args.captioning)
         words = driver.find_elements("css selector", ".im-query")
-        _hover(driver, words[min(2, len(words) - 1)])
+        hover(driver, words[min(2, len(words) - 1)])
         _capture(driver, os.path.join(args.out, "viewer-image.png"))
     finally:
         driver.quit()

@@ -87,6 +87,7 @@ LAYERS = {
                  {"target_embeddings": Q, "memory": V}, {}),
     "luong": (lambda: al.LuongDecoder(units=D, attention=al.LocalAttention(window=1, score="dot")),
               {"target_embeddings": Q, "memory": V}, {}),
+    "scheduled_sampler": (lambda: al.ScheduledSampler("linear:1,0.25", seed=1), TOKENS, {}),
     # Transformer
     "feedforward": (lambda: al.FeedForward(16, dropout=0.1), Q, {}),
     "feedforward_gated": (lambda: al.FeedForward(16, activation="swiglu"), Q, {}),

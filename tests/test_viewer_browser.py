@@ -10,10 +10,12 @@ and compares them with the model's numbers to 3 decimals. Screenshots of every v
 they must be installed, they fail instead).
 """
 
+import importlib.util
 import os
 import shutil
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -24,6 +26,19 @@ ARTIFACTS = Path(os.environ.get("VIEWER_ARTIFACTS") or ROOT / "artifacts" / "vie
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 DRIVER = shutil.which("chromedriver")
 TOLERANCE = 0.0005 + 1e-5  # "equal to 3 decimals": the shown 3-decimal number within half a unit of the true weight
+
+
+def _viewer_load():
+    """benchmarks/viewer_load.py, the benchmarks' browser helpers, loaded by path (the environment variables it
+    sets by default are put back)."""
+    spec = importlib.util.spec_from_file_location("viewer_load_benchmark", ROOT / "benchmarks" / "viewer_load.py")
+    module = importlib.util.module_from_spec(spec)
+    with mock.patch.dict(os.environ):
+        spec.loader.exec_module(module)
+    return module
+
+
+hover = _viewer_load().hover
 
 
 def _missing():
@@ -110,19 +125,6 @@ def _select(driver, element_id, value):
     Select(driver.find_element(*_by(f"#{element_id}"))).select_by_value(str(value))
 
 
-def _hover(driver, element, x=None, y=None):
-    """Moves the mouse over ``element`` (its centre, or the point (x, y) px from its top left corner)."""
-    from selenium.webdriver.common.action_chains import ActionChains
-
-    chain = ActionChains(driver, duration=0)
-    if x is None:
-        chain.move_to_element(element)
-    else:
-        rect = element.rect
-        chain.move_to_element_with_offset(element, round(x - rect["width"] / 2), round(y - rect["height"] / 2))
-    chain.perform()
-
-
 def _shot(driver, name):
     path = ARTIFACTS / f"{name}.png"
     driver.save_screenshot(str(path))
@@ -164,19 +166,19 @@ def test_head_view_layer_head_and_hovered_weights(driver, pages):
     ActionChains(driver).double_click(driver.find_element(*_by('.head-toggle[data-head="2"]'))).perform()
     legend = driver.find_element(*_by("#hv-legend"))
     assert legend.get_attribute("data-heads") == "2" and legend.get_attribute("data-layer") == "1"
-    _hover(driver, driver.find_element(*_by('#hv-queries .tok[data-index="3"]')))
+    hover(driver, driver.find_element(*_by('#hv-queries .tok[data-index="3"]')))
     assert legend.get_attribute("data-side") == "query" and legend.get_attribute("data-index") == "3"
     keys = driver.find_elements(*_by("#hv-keys .tok"))
     _assert_shown([k.get_attribute("data-weight") for k in keys], weights[1, 2, 3], "layer 2, head 3, query 3")
     assert [k.find_element(*_by(".w")).text for k in keys] == [k.get_attribute("data-weight") for k in keys]
     _shot(driver, "bert-head-hover")
     # the other direction: a key's weights from every query; then all heads: their mean
-    _hover(driver, driver.find_element(*_by('#hv-keys .tok[data-index="9"]')))
+    hover(driver, driver.find_element(*_by('#hv-keys .tok[data-index="9"]')))
     queries = driver.find_elements(*_by("#hv-queries .tok"))
     _assert_shown([q.get_attribute("data-weight") for q in queries], weights[1, 2, :, 9], "to key 9")
     driver.find_element(*_by("#hv-all")).click()
     _select(driver, "hv-layer", 2)
-    _hover(driver, driver.find_element(*_by('#hv-queries .tok[data-index="0"]')))
+    hover(driver, driver.find_element(*_by('#hv-queries .tok[data-index="0"]')))
     _assert_shown([k.get_attribute("data-weight") for k in driver.find_elements(*_by("#hv-keys .tok"))],
                   weights[2, :, 0].mean(axis=0), "layer 3, mean of the heads, query 0")
     assert _severe(driver) == []
@@ -192,7 +194,7 @@ def test_model_view_click_opens_the_head(driver, pages):
     assert driver.execute_script("return document.documentElement.dataset.view") == "head"
     legend = driver.find_element(*_by("#hv-legend"))
     assert legend.get_attribute("data-layer") == "2" and legend.get_attribute("data-heads") == "1"
-    _hover(driver, driver.find_element(*_by('#hv-queries .tok[data-index="5"]')))
+    hover(driver, driver.find_element(*_by('#hv-queries .tok[data-index="5"]')))
     _assert_shown([k.get_attribute("data-weight") for k in driver.find_elements(*_by("#hv-keys .tok"))],
                   viewer.sets[0]["weights"][2, 1, 5], "layer 3, head 2, query 5")
     assert _severe(driver) == []
@@ -200,7 +202,7 @@ def test_model_view_click_opens_the_head(driver, pages):
 
 def _hover_cell(driver, canvas, rows, cols, t, s):
     rect = canvas.rect
-    _hover(driver, canvas, (s + 0.5) * rect["width"] / cols, (t + 0.5) * rect["height"] / rows)
+    hover(driver, canvas, (s + 0.5) * rect["width"] / cols, (t + 0.5) * rect["height"] / rows)
 
 
 def test_matrix_view_alignment_and_cross_attention(driver, pages):
@@ -245,14 +247,14 @@ def test_image_view_word_maps(driver, pages):
     overlay = driver.find_element(*_by("#im-overlay"))
     info = driver.find_element(*_by("#im-info"))
     for word, (r, c) in ((2, (1, 2)), (0, (3, 0)), (4, (2, 2))):
-        _hover(driver, driver.find_element(*_by(f'.im-query[data-index="{word}"]')))
+        hover(driver, driver.find_element(*_by(f'.im-query[data-index="{word}"]')))
         _hover_cell(driver, overlay, 4, 4, r, c)
         assert info.get_attribute("data-query") == str(word) and info.get_attribute("data-cell") == f"{r},{c}"
         _assert_shown([info.get_attribute("data-weight")], [weights[1, 0, word, r * 4 + c]], f"word {word} ({r}, {c})")
         _assert_shown([info.get_attribute("data-peak")], [weights[1, 0, word].max()], f"word {word} peak")
     _shot(driver, "captioning-transformer-image-hover")
     _select(driver, "im-head", -1)
-    _hover(driver, driver.find_element(*_by('.im-query[data-index="1"]')))
+    hover(driver, driver.find_element(*_by('.im-query[data-index="1"]')))
     _hover_cell(driver, overlay, 4, 4, 0, 1)
     _assert_shown([info.get_attribute("data-weight")], [weights[1, :, 1, 1].mean()], "mean of heads, word 1")
     assert _severe(driver) == []

@@ -17,6 +17,8 @@ import keras
 
 from attnlayers.validation import positive_int
 
+from .serialization import DataclassConfigMixin
+
 
 @dataclasses.dataclass
 class ConvNetConfig:
@@ -63,7 +65,7 @@ class ConvNetConfig:
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.vision")
-class ConvNet(keras.Model):
+class ConvNet(DataclassConfigMixin, keras.Model):
     """A small CNN image classifier (see the module docstring).
 
     Args:
@@ -115,14 +117,6 @@ class ConvNet(keras.Model):
 
     def compute_output_shape(self, images_shape):
         return (images_shape[0], self.config.num_classes)
-
-    def get_config(self):
-        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(config=config.pop("config"), **config)
 
 
 __all__ = ["ConvNet", "ConvNetConfig"]

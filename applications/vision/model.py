@@ -26,6 +26,8 @@ from keras import ops
 from attnlayers import ClassToken, PatchEmbedding, PositionEmbedding, TransformerEncoder
 from attnlayers.validation import one_of, positive_int, rate_in_unit_interval
 
+from .serialization import DataclassConfigMixin
+
 # name -> (layers, hidden_dim, heads, mlp_dim): Dosovitskiy et al. 2021 table 1; Ti and S from Touvron et al. 2021.
 VIT_PRESETS = {
     "ti16": (12, 192, 3, 768),
@@ -127,7 +129,7 @@ def _as_config(config):
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.vision")
-class ViT(keras.Model):
+class ViT(DataclassConfigMixin, keras.Model):
     """A Vision Transformer image classifier (see the module docstring).
 
     Args:
@@ -204,14 +206,6 @@ class ViT(keras.Model):
 
     def compute_output_shape(self, images_shape):
         return (images_shape[0], self.config.num_classes)
-
-    def get_config(self):
-        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(config=config.pop("config"), **config)
 
 
 __all__ = ["POOLING", "VIT_PRESETS", "ViT", "ViTConfig"]
