@@ -11,6 +11,7 @@ non-neural baseline:
     python benchmarks/bert_pretraining.py --minutes 20                      # the checkpoint, once
     python benchmarks/bert_finetune.py --task pos --init pretrained --minutes 4
     python benchmarks/bert_finetune.py --task pos --init scratch --minutes 4
+    python benchmarks/bert_finetune.py --task sentiment --init pretrained --epochs 2   # the same steps for both
     python benchmarks/bert_finetune.py --table
 
 An imported checkpoint takes the place of ours with --pretrained DIR (scratch is then its architecture and
@@ -50,6 +51,9 @@ def parse_args(argv=None):
     parser.add_argument("--name", default=None,
                         help="the checkpoint's name in the table and the result's file (default: its directory's)")
     parser.add_argument("--minutes", type=float, default=4.0, help="wall-clock training budget (default 4)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="train exactly this many epochs instead, without a time budget: both sides of a pair "
+                             "then take the same steps however the machine shares its cores")
     parser.add_argument("--seed", type=int, default=0, help="split, shuffling and initialization seed")
     parser.add_argument("--batch-size", type=int, default=default.batch_size)
     parser.add_argument("--learning-rate", type=float, default=default.learning_rate)
@@ -64,6 +68,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if not args.table and args.task is None:
         parser.error("--task is required (or --table)")
+    if args.epochs is not None and args.epochs < 1:
+        parser.error("--epochs must be at least 1")
     return args
 
 
@@ -75,13 +81,16 @@ def run(args):
     init = str(args.pretrained) if args.init == "pretrained" else args.init
     label = args.init if args.init in ("pretrained", "scratch") else "pretrained"
     checkpoint = args.name or pathlib.Path(args.pretrained if args.init in ("pretrained", "scratch") else args.init).name
-    settings = FinetuningSettings(args.task, init=init, architecture=str(args.pretrained), minutes=args.minutes,
+    minutes = None if args.epochs else args.minutes
+    budget = f"{args.epochs}ep" if args.epochs else f"{args.minutes:g}min"
+    settings = FinetuningSettings(args.task, init=init, architecture=str(args.pretrained), minutes=minutes,
+                                  epochs=args.epochs,
                                   batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
                                   sequence_length=args.sequence_length,
                                   validation_examples=args.validation_examples, test_examples=args.test_examples)
     record = {"init": label, "checkpoint": checkpoint, **runs.machine_record()}
     return run_finetuning(settings, args.results, verbose=2, record=record, tensorboard=False, backup=False,
-                          results_file=f"{args.task}-{checkpoint}-{label}-seed{args.seed}-{args.minutes:g}min.json")
+                          results_file=f"{args.task}-{checkpoint}-{label}-seed{args.seed}-{budget}.json")
 
 
 def load_results(results_dir):

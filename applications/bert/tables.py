@@ -9,15 +9,16 @@ from __future__ import annotations
 
 
 def result_row(result):
-    """One benchmark result as a table row: task, init, seed, minutes, steps, metric, baseline."""
-    minutes = result.get("minutes")
+    """One benchmark result as a table row: task, init, seed, budget (minutes, or epochs without a time budget),
+    steps, metric, baseline."""
+    minutes, epochs = result.get("minutes"), result.get("epochs")
+    budget = f"{minutes:g} min" if minutes is not None else f"{epochs} epochs" if epochs else "-"
     task = result["task"]
     if task == "pretraining":
         task = (f"pretraining ({result.get('corpus', 'kjv')}, {result.get('config')}, lr "
                 f"{result.get('learning_rate', 0):g}, NSP weight {result.get('nsp_weight', 1.0):g})")
     init = f"{result['init']} ({result['checkpoint']})" if result.get("checkpoint") else result["init"]
-    common = [task, init, str(result["seed"]), "-" if minutes is None else f"{minutes:g}",
-              str(result["training"]["steps"])]
+    common = [task, init, str(result["seed"]), budget, str(result["training"]["steps"])]
     if result["task"] == "pretraining":
         held, base = result["held_out"], result["baselines"]
         return common + [f"MLM {held['mlm_accuracy']:.3f} / NSP {held['nsp_accuracy']:.3f}",
@@ -30,7 +31,7 @@ def result_row(result):
 
 def print_table(results):
     """Prints the rows of :func:`result_row` as a Markdown table."""
-    print("| task | init | seed | minutes | steps | metric | baseline |")
+    print("| task | init | seed | budget | steps | metric | baseline |")
     print("|---|---|---|---|---|---|---|")
     for result in results:
         print("| " + " | ".join(result_row(result)) + " |")

@@ -234,9 +234,10 @@ def test_corpora_joined_by_plus(monkeypatch, tmp_path):
     monkeypatch.setattr(corpora, "bible_documents", lambda: [["a verse.", "another."]])
     monkeypatch.setattr(corpora, "tweet_documents", lambda seed: [[f"tweet of split {seed}", "and another"]])
     path = tmp_path / "corpus.txt"
-    path.write_text("Mine.\nAnd mine.\n")
+    path.write_text("Mine.\nAnd mine.\n\nA second.\n")
     documents = cli.load_corpus(f"kjv+tweets+text:{path}", recipes.read_text_documents, seed=1)
-    assert documents == [["a verse.", "another."], ["tweet of split 1", "and another"], ["Mine.", "And mine."]]
+    assert documents == [["a verse.", "another."], ["tweet of split 1", "and another"], ["Mine.", "And mine."],
+                         ["A second."]]
 
 
 def test_text_corpus_format(tmp_path):
@@ -278,8 +279,8 @@ def test_benchmark_tables_read_the_results(pretrained, tmp_path, capsys):
     (tmp_path / "run" / "results.json").write_text((checkpoint / "results.json").read_text())
     assert pretraining.main(["--table", "--results", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "| task | init | seed | minutes | steps | metric | baseline |"
-    assert lines[2].startswith("| pretraining (tiny, lr 0.001, NSP weight 0.1) | random | 0 | - |")
+    assert lines[0] == "| task | init | seed | budget | steps | metric | baseline |"
+    assert lines[2].startswith("| pretraining (kjv, tiny, lr 0.001, NSP weight 0.1) | random | 0 | 2 epochs |")
     assert "most frequent token" in lines[2]
     # The benchmarks name the recipe's checkpoint without importing the library: the same NSP weight.
     assert pretraining.RECIPE_NSP_WEIGHT == recipes.PretrainingSettings().nsp_weight
