@@ -94,11 +94,19 @@ def label(args, scheduled):
     return f"{args.task}-{model}-{schedule}-seed{args.seed}-{args.minutes:g}min"
 
 
+def exposure_length(model, wanted):
+    """The free-running length for the exposure bias: ``wanted`` (the longest reference + the start token), at most
+    the model's own limit (the Transformer's position table: 48; the reference positions it cannot reach are then
+    counted as unreachable)."""
+    limit = model.max_generation_length
+    return wanted if limit is None else min(wanted, limit)
+
+
 def _exposure(model, dataset, max_length):
     from attnlayers.applications.core.exposure_bias import exposure_bias
 
     start = time.perf_counter()
-    result = exposure_bias(model, dataset, max_length=max_length)
+    result = exposure_bias(model, dataset, max_length=exposure_length(model, max_length))
     print(f"exposure bias: teacher forced {result['teacher_forced_accuracy']:.4f}, free running "
           f"{result['free_running_accuracy']:.4f}, gap {result['gap']:.4f} ({time.perf_counter() - start:.1f} s)",
           flush=True)

@@ -48,3 +48,16 @@ def test_bad_flags(argv, message, capsys):
     with pytest.raises(SystemExit):
         _script().parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_exposure_length_stays_within_the_models_limit():
+    """The Transformer generates at most its position table (48 here): the exposure bias is measured over 48 steps,
+    not the 49 (48 reference tokens + the start token) that crashed the first 20-minute Transformer pair."""
+    from attnlayers.applications.nmt import recipes
+
+    script = _script()
+    transformer, _ = recipes.build_recipe("transformer", 40, 40, "tiny", max_length=script.NMT_MAX_LENGTH,
+                                          shared_embeddings=True)
+    rnn, _ = recipes.build_recipe("luong", 40, 40, "tiny")
+    assert script.exposure_length(transformer, script.NMT_MAX_LENGTH + 1) == script.NMT_MAX_LENGTH
+    assert script.exposure_length(rnn, script.NMT_MAX_LENGTH + 1) == script.NMT_MAX_LENGTH + 1
