@@ -41,12 +41,16 @@ def parse_args(argv=None):
                         help="hard attention's gradient estimator")
     parser.add_argument("--doubly-stochastic", type=float, default=1.0,
                         help="soft / hard attention's lambda of the doubly stochastic penalty (Xu et al. eq. 14)")
+    parser.add_argument("--doubly-stochastic-steps", type=int, default=None,
+                        help="fade the doubly stochastic penalty linearly to 0 over this many steps (default: "
+                             "constant)")
     parser.add_argument("--filters", type=lambda text: tuple(int(f) for f in text.split(",")), default=None,
                         help="the small CNN's channels per block for the attnlayers models, e.g. 32,64 (a 16 x 16 "
                              "grid); default: the encoder's 32,64,128 (8 x 8)")
-    parser.add_argument("--encoder", choices=("small", "vit"), default="small",
-                        help="the attnlayers models' image encoder: the small CNN (default) or a ViT over 8 x 8 "
-                             "patches (the same 8 x 8 grid)")
+    parser.add_argument("--encoder", choices=("small", "vit", "hybrid"), default="small",
+                        help="the attnlayers models' image encoder: the small CNN (default), a ViT over 8 x 8 "
+                             "patches, or a hybrid ViT over 2 x 2 patches of a 2-block CNN's map (each the same 8 x 8 "
+                             "grid)")
     parser.add_argument("--self-attention", action="store_true",
                         help="a SAGAN self-attention block on the small CNN's last feature map")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget (default 10)")
@@ -159,7 +163,9 @@ def run(args):
     else:
         model = build_captioner(args.model, vocabulary.vocabulary_size, seed=args.seed, image_size=IMAGE_SIZE,
                                 max_length=MAX_LENGTH, query=args.query, estimator=args.estimator,
-                                doubly_stochastic=args.doubly_stochastic, backbone=args.encoder,
+                                doubly_stochastic=args.doubly_stochastic,
+                                doubly_stochastic_steps=args.doubly_stochastic_steps,
+                                backbone=args.encoder,
                                 self_attention=args.self_attention,
                                 **({} if args.filters is None else {"filters": args.filters}))
         decoding = BeamSearch(args.beam_size)
@@ -181,11 +187,14 @@ def run(args):
     gumbel = args.model == "hard" and args.estimator == "gumbel"
     label = args.model + ("-gumbel" if gumbel else "") + (f"-{args.query}" if attends else "")
     label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
+    label += f"-fade{args.doubly_stochastic_steps}" if attends and args.doubly_stochastic_steps else ""
     label += "-filters" + "_".join(map(str, args.filters)) if args.filters and args.model != "keras_io" else ""
-    label += "-vit" if args.encoder == "vit" and args.model != "keras_io" else ""
+    label += f"-{args.encoder}" if args.encoder != "small" and args.model != "keras_io" else ""
     label += "-sagan" if args.self_attention and args.model != "keras_io" else ""
     record = {"model": args.model, "query": args.query if attends else None,
               "doubly_stochastic": args.doubly_stochastic if attends else None,
+              "doubly_stochastic_steps": args.doubly_stochastic_steps if attends else None,
+
               "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes,
               "seed": args.seed, "batch_size": args.batch_size,
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
@@ -217,8 +226,10 @@ def table(results_dir):
         model = r["model"] + (" gumbel" if r.get("estimator") == "gumbel" else "") + (
             f" ({r['query']} query)" if r.get("query") else "") + (
             f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "") + (
+            f" fading over {r['doubly_stochastic_steps']} steps" if r.get("doubly_stochastic_steps") else "") + (
+
             f", {IMAGE_SIZE >> len(r['filters'])}x{IMAGE_SIZE >> len(r['filters'])} grid" if r.get("filters") else "")
-        model += (", ViT encoder" if r.get("encoder") == "vit" else "") + (
+        model += {"vit": ", ViT encoder", "hybrid": ", hybrid ViT encoder"}.get(r.get("encoder"), "") + (
             ", SAGAN block" if r.get("self_attention") else "")
         print(f"| {model} | {r['seed']} | {r['minutes']:g} | {r.get('cores', '?')} | {r['training']['steps']} | "
               f"{r['decoding']} | "

@@ -270,6 +270,9 @@ APPLICATIONS = {
     "captioning_soft_vit": (lambda: _captioner("soft", backbone="vit", vit={"patch_size": 4, "hidden_dim": 8,
                                                                              "num_heads": 2, "mlp_dim": 16}),
                             "captioning"),
+    "captioning_soft_hybrid_fading": (lambda: _captioner("soft", backbone="hybrid", doubly_stochastic_steps=5,
+                                                         vit={"hidden_dim": 8, "num_heads": 2, "mlp_dim": 16}),
+                                      "captioning"),
     "bert_pretrainer": (_bert_pretrainer, "bert_pretrainer"),
     **{name: (lambda name=name: _heads()[name](), name)
        for name in ("bert_classifier", "bert_token_classifier", "bert_span_qa")},

@@ -3,7 +3,9 @@
 
 Default: a small CNN trained from scratch (works offline), optionally with a SAGAN self-attention block on its
 last feature map (``self_attention=True``). Options: ``backbone="vit"``, a Vision Transformer over image patches
-whose patch tokens are the annotation vectors (Dosovitskiy et al. 2021); a ``keras.applications`` backbone by
+whose patch tokens are the annotation vectors (Dosovitskiy et al. 2021); ``backbone="hybrid"``, the same
+Transformer over patches of the small CNN's feature map (their section 3.1, "Hybrid Architecture"); a
+``keras.applications`` backbone by
 name, with ``weights=None``, ``"imagenet"`` (for users who are online) or a local weights file, frozen or
 fine-tuned.
 
@@ -31,6 +33,11 @@ BACKBONES = {
 }
 # backbone="vit": the patch encoder's sizes (a 64-pixel image gives the small CNN's 8 x 8 grid); ``vit=`` overrides.
 VIT_ENCODER = {"patch_size": 8, "num_layers": 2, "num_heads": 4, "hidden_dim": 128, "mlp_dim": 256}
+# The small CNN's channels per block: 3 blocks, a 64-pixel image -> an 8 x 8 grid.
+SMALL_FILTERS = (32, 64, 128)
+# backbone="hybrid": the ViT's sizes over 2 x 2 patches of a 2-block CNN's map (64 pixels: 16 x 16 -> 8 x 8 tokens).
+HYBRID_FILTERS = (32, 64)
+HYBRID_ENCODER = {**VIT_ENCODER, "patch_size": 2}
 
 
 def check_images(images, name="images"):
@@ -95,14 +102,17 @@ class ImageEncoder(keras.layers.Layer):
         backbone: "small" (default: ``len(filters)`` blocks of two 3x3 ReLU convolutions and a 2x2 max-pool,
             trained from scratch; a 64-pixel image gives an 8 x 8 grid of ``filters[-1]`` features), "vit" (a
             Vision Transformer trained from scratch: P x P patches embedded, learned positions, pre-LN
-            Transformer layers; the (S / P)^2 patch tokens are the annotation vectors; sizes :data:`VIT_ENCODER`)
-            or the class name of a ``keras.applications`` model (a key of :data:`BACKBONES`), used without its
+            Transformer layers; the (S / P)^2 patch tokens are the annotation vectors; sizes :data:`VIT_ENCODER`),
+            "hybrid" (the same Transformer over P x P patches of the small CNN's last feature map, Dosovitskiy
+            et al. section 3.1; sizes :data:`HYBRID_ENCODER`; with ``filters=(32, 64)`` a 64-pixel image gives
+            16 x 16 features of a ~16-pixel receptive field, then an 8 x 8 grid of tokens) or the class name of a ``keras.applications`` model (a key of :data:`BACKBONES`), used without its
             top.
-        filters: the small CNN's channels per block.
+        filters: the small CNN's channels per block; None: :data:`SMALL_FILTERS`, or :data:`HYBRID_FILTERS` for
+            "hybrid".
         self_attention: (small CNN) a SAGAN block (:class:`attnlayers.SelfAttention2D`, Zhang et al. 2019) on the
             last feature map, so every annotation vector can take in the whole image (gamma starts at 0).
-        vit: (backbone "vit") overrides of :data:`VIT_ENCODER`: ``patch_size``, ``num_layers``, ``num_heads``,
-            ``hidden_dim``, ``mlp_dim``.
+        vit: (backbone "vit" / "hybrid") overrides of :data:`VIT_ENCODER` / :data:`HYBRID_ENCODER`:
+            ``patch_size``, ``num_layers``, ``num_heads``, ``hidden_dim``, ``mlp_dim``.
         weights: the backbone's weights: None (random), "imagenet" (downloads: online users only) or the path
             of a local weights file. Ignored by the small CNN.
         fine_tune: train the backbone's weights (False: frozen, a fixed feature extractor).
@@ -120,60 +130,65 @@ class ImageEncoder(keras.layers.Layer):
         (B, L, D) annotation vectors a_1 .. a_L, row-major over the (h, w) grid (:attr:`grid_shape`).
     """
 
-    def __init__(self, image_size=64, backbone="small", filters=(32, 64, 128), weights=None, fine_tune=False,
+    def __init__(self, image_size=64, backbone="small", filters=None, weights=None, fine_tune=False,
                  position_embedding=True, self_attention=False, vit=None, **kwargs):
         super().__init__(**kwargs)
         self.image_size = positive_int(image_size, "image_size")
         self.backbone_name, self.weights_source, self.fine_tune = backbone, weights, bool(fine_tune)
+        if filters is None:
+            filters = HYBRID_FILTERS if backbone == "hybrid" else SMALL_FILTERS
         self.filters = tuple(positive_int(f, "filters") for f in filters)
         self.use_position_embedding = bool(position_embedding)
         self.self_attention = bool(self_attention)
         if self.self_attention and backbone != "small":
             raise ValueError(f"`self_attention` adds a SAGAN block to the small CNN; received backbone={backbone!r}.")
-        if vit is not None and backbone != "vit":
-            raise ValueError(f"`vit` sizes the backbone 'vit'; received backbone={backbone!r}.")
+        transformer = backbone in ("vit", "hybrid")
+        if vit is not None and not transformer:
+            raise ValueError(f"`vit` sizes the backbones 'vit' and 'hybrid'; received backbone={backbone!r}.")
         self.vit = None
-        if backbone == "vit":
-            unknown = sorted(set(vit or {}) - set(VIT_ENCODER))
-            if unknown:
-                raise ValueError(f"Unknown `vit` sizes {unknown}; expected some of {sorted(VIT_ENCODER)}.")
-            self.vit = {k: positive_int(v, f"vit's {k}") for k, v in {**VIT_ENCODER, **(vit or {})}.items()}
-            if image_size % self.vit["patch_size"]:
-                raise ValueError(f"`image_size` ({image_size}) must be divisible by the ViT's patch_size "
-                                 f"({self.vit['patch_size']}).")
-            if self.vit["hidden_dim"] % self.vit["num_heads"]:
-                raise ValueError(f"the ViT's hidden_dim ({self.vit['hidden_dim']}) must be a multiple of its "
-                                 f"num_heads ({self.vit['num_heads']}).")
-            policy, v = self.dtype_policy, self.vit
-            self.layers_ = [
-                PatchEmbedding(v["patch_size"], v["hidden_dim"], dtype=policy, name="patch_embedding"),
-                _PatchPositions((image_size // v["patch_size"]) ** 2, dtype=policy, name="patch_positions"),
-                TransformerEncoder(v["num_layers"], v["num_heads"], v["mlp_dim"], activation="gelu",
-                                   normalize_first=True, layer_norm_epsilon=1e-6, dtype=policy, name="transformer"),
-            ]
-            self.preprocess = None
-        elif backbone == "small":
+        if backbone not in ("small", "vit", "hybrid") and backbone not in BACKBONES:
+            raise ValueError(f"Unknown backbone {backbone!r}; expected 'small', 'vit', 'hybrid' or one of "
+                             f"{sorted(BACKBONES)}.")
+        policy = self.dtype_policy  # the sublayers compute in the encoder's (mixed) precision
+        self.layers_, self.preprocess = [], None
+        if backbone in ("small", "hybrid"):
             if image_size % 2 ** len(self.filters):
                 raise ValueError(f"`image_size` ({image_size}) must be divisible by 2**len(filters) "
                                  f"({2 ** len(self.filters)}) for the small CNN.")
-            self.layers_ = []
             for i, f in enumerate(self.filters):
-                policy = self.dtype_policy  # the sublayers compute in the encoder's (mixed) precision
                 self.layers_ += [
                     keras.layers.Conv2D(f, 3, padding="same", activation="relu", dtype=policy, name=f"conv{i}a"),
                     keras.layers.Conv2D(f, 3, padding="same", activation="relu", dtype=policy, name=f"conv{i}b"),
                     keras.layers.MaxPooling2D(2, dtype=policy, name=f"pool{i}")]
             if self.self_attention:
-                self.layers_.append(SelfAttention2D(dtype=self.dtype_policy, name="self_attention"))
-            self.preprocess = None
-        elif backbone in BACKBONES:
+                self.layers_.append(SelfAttention2D(dtype=policy, name="self_attention"))
+        if transformer:
+            defaults = VIT_ENCODER if backbone == "vit" else HYBRID_ENCODER
+            unknown = sorted(set(vit or {}) - set(defaults))
+            if unknown:
+                raise ValueError(f"Unknown `vit` sizes {unknown}; expected some of {sorted(defaults)}.")
+            self.vit = {k: positive_int(v, f"vit's {k}") for k, v in {**defaults, **(vit or {})}.items()}
+            side = image_size if backbone == "vit" else image_size // 2 ** len(self.filters)  # the patched map
+            if side % self.vit["patch_size"]:
+                what = "`image_size`" if backbone == "vit" else "the CNN's feature map"
+                raise ValueError(f"{what} ({side}) must be divisible by the ViT's patch_size "
+                                 f"({self.vit['patch_size']}).")
+            if self.vit["hidden_dim"] % self.vit["num_heads"]:
+                raise ValueError(f"the ViT's hidden_dim ({self.vit['hidden_dim']}) must be a multiple of its "
+                                 f"num_heads ({self.vit['num_heads']}).")
+            v = self.vit
+            self.layers_ += [
+                PatchEmbedding(v["patch_size"], v["hidden_dim"], dtype=policy, name="patch_embedding"),
+                _PatchPositions((side // v["patch_size"]) ** 2, dtype=policy, name="patch_positions"),
+                TransformerEncoder(v["num_layers"], v["num_heads"], v["mlp_dim"], activation="gelu",
+                                   normalize_first=True, layer_norm_epsilon=1e-6, dtype=policy, name="transformer"),
+            ]
+        if backbone in BACKBONES:
             model = getattr(keras.applications, backbone)(include_top=False, weights=weights,
                                                           input_shape=(image_size, image_size, 3))
             model.trainable = self.fine_tune
             self.layers_ = [model]
             self.preprocess = getattr(keras.applications, BACKBONES[backbone]).preprocess_input
-        else:
-            raise ValueError(f"Unknown backbone {backbone!r}; expected 'small', 'vit' or one of {sorted(BACKBONES)}.")
         self.position_embedding, self._grid = None, None
 
     @property
@@ -192,8 +207,9 @@ class ImageEncoder(keras.layers.Layer):
         for layer in self.layers_:
             layer.build(shape)
             shape = layer.compute_output_shape(shape)
-        if self.vit is not None:  # (B, N, D) patch tokens over the (S / P) x (S / P) grid
-            side = self.image_size // self.vit["patch_size"]
+        if self.vit is not None:  # (B, N, D) patch tokens over the (side / P) x (side / P) grid
+            side = self.image_size if self.backbone_name == "vit" else self.image_size // 2 ** len(self.filters)
+            side //= self.vit["patch_size"]
             shape = (None, side, side, shape[-1])
         self._grid, self.feature_dim = (int(shape[1]), int(shape[2])), int(shape[3])
         if self.use_position_embedding:

@@ -153,14 +153,15 @@ class _CaptionerBase(Seq2SeqGenerator):
 
     default_max_length = 24
 
-    def __init__(self, vocabulary_size, *, image_size=64, backbone="small", filters=(32, 64, 128),
+    def __init__(self, vocabulary_size, *, image_size=64, backbone="small", filters=None,
                  backbone_weights=None, fine_tune=False, position_embedding=True, self_attention=False, vit=None,
                  dropout=0.3, pad_token_id=0, start_token_id=1, end_token_id=2, **kwargs):
         super().__init__(pad_token_id=pad_token_id, start_token_id=start_token_id, end_token_id=end_token_id,
                          **kwargs)
         self.vocabulary_size = positive_int(vocabulary_size, "vocabulary_size")
         self.dropout_rate = rate_in_unit_interval(dropout, "dropout")
-        self.encoder_config = dict(image_size=image_size, backbone=backbone, filters=tuple(filters),
+        self.encoder_config = dict(image_size=image_size, backbone=backbone,
+                                   filters=None if filters is None else tuple(filters),
                                    weights=backbone_weights, fine_tune=fine_tune,
                                    position_embedding=position_embedding, self_attention=self_attention, vit=vit)
         self.encoder = ImageEncoder(**self.encoder_config, name="encoder")
@@ -202,7 +203,7 @@ class _CaptionerBase(Seq2SeqGenerator):
     def get_config(self):
         encoder = dict(self.encoder_config)
         encoder["backbone_weights"] = encoder.pop("weights")
-        encoder["filters"] = list(encoder["filters"])
+        encoder["filters"] = list(self.encoder.filters)  # the encoder's choice when None was given
         return {**super().get_config(), "vocabulary_size": self.vocabulary_size, **encoder,
                 "dropout": self.dropout_rate}
 
@@ -268,6 +269,10 @@ class ShowAttendTell(_Captioner):
         doubly_stochastic: lambda of eq. 14, ``lambda * sum_i (1 - sum_t alpha_ti)^2`` per caption (t over its
             real words), divided by L (as common implementations do, so that lambda does not grow with the
             grid) and averaged over the batch; 0 turns it off.
+        doubly_stochastic_steps: None (lambda constant), or N: lambda_i = lambda * max(0, 1 - i / N) at training
+            step i, the penalty fading out over the first N steps (a step counter, saved with the weights, counts
+            the training calls). Eq. 14 pushes every cell's total attention over the caption towards 1, the
+            background's too; early it makes the maps visit the cells, later it rewards flat maps.
         entropy_weight, baseline_decay: (REINFORCE) lambda_e of eq. 13 and the decay of the baseline.
         selector, expected_context_rate, query: see :class:`ShowAttendTellDecoder`.
         image_size, backbone, filters, backbone_weights, fine_tune, position_embedding: the
@@ -284,13 +289,21 @@ class ShowAttendTell(_Captioner):
 
     def __init__(self, vocabulary_size, *, attention="soft", estimator="reinforce", inference="expectation",
                  doubly_stochastic=1.0, entropy_weight=0.01, baseline_decay=0.9, selector=True,
-                 expected_context_rate=0.5, query="previous", seed=None, scheduled_sampling=None, **kwargs):
+                 expected_context_rate=0.5, query="previous", seed=None, scheduled_sampling=None,
+                 doubly_stochastic_steps=None, **kwargs):
         super().__init__(vocabulary_size, **kwargs)
         self.attention_type = one_of(attention, "attention", ATTENTIONS)
         self.estimator, self.inference, self.seed = estimator, inference, seed
         self.doubly_stochastic = float(doubly_stochastic)
         if self.doubly_stochastic < 0:
             raise ValueError(f"`doubly_stochastic` must be >= 0; received {doubly_stochastic!r}.")
+        self.doubly_stochastic_steps = (None if doubly_stochastic_steps is None else
+                                        positive_int(doubly_stochastic_steps, "doubly_stochastic_steps"))
+        self.penalty_iterations = None
+        if self.doubly_stochastic_steps is not None:
+            self.penalty_iterations = self.add_weight(
+                name="penalty_iterations", shape=(), initializer="zeros", dtype="float32", trainable=False,
+                autocast=False, aggregation="only_first_replica")
         self.entropy_weight, self.baseline_decay = entropy_weight, baseline_decay
         score = AdditiveScore(self.units, name="f_att")
         if attention == "soft":
@@ -336,6 +349,10 @@ class ShowAttendTell(_Captioner):
             # eq. 14: lambda * sum_i (1 - sum_t alpha_ti)^2 over the caption's real steps, divided by L.
             coverage = ops.sum(ops.cast(alpha, "float32") * ops.cast(step_mask, "float32")[..., None], axis=1)
             penalty = self.doubly_stochastic * ops.mean(ops.square(1.0 - coverage))
+            if self.penalty_iterations is not None:  # lambda_i = lambda * max(0, 1 - i / N)
+                i = self.penalty_iterations.value
+                penalty = penalty * ops.maximum(0.0, 1.0 - i / self.doubly_stochastic_steps)
+                self.penalty_iterations.assign(i + 1.0)
             self.add_loss(penalty)  # Keras divides add_loss terms by the replicas itself
         if sampled:
             # REINFORCE (eq. 11-13): the reward is minus the caption's mean word log-loss.
@@ -370,6 +387,7 @@ class ShowAttendTell(_Captioner):
                 "entropy_weight": self.entropy_weight, "baseline_decay": self.baseline_decay,
                 "selector": self.decoder.use_selector, "expected_context_rate": self.decoder.expected_context_rate,
                 "query": self.decoder.query, "seed": self.seed,
+                "doubly_stochastic_steps": self.doubly_stochastic_steps,
                 **({} if self.scheduled_sampler is None else
                    {"scheduled_sampling": keras.saving.serialize_keras_object(self.scheduled_sampler)})}
 

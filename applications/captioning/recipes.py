@@ -18,7 +18,7 @@ DEFAULT_QUERY = {"soft": "current", "hard": "previous"}
 
 
 def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None, doubly_stochastic=1.0,
-                    seed=None, learning_rate=1e-3, max_length=24, scheduled_sampling=None, **encoder):
+                    doubly_stochastic_steps=None, seed=None, learning_rate=1e-3, max_length=24, scheduled_sampling=None, **encoder):
     """Builds and compiles a captioner.
 
     Args:
@@ -31,6 +31,7 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None,
             :data:`DEFAULT_QUERY`: "current" for soft attention (ahead in BLEU and far ahead in localization
             on the scenes), "previous" for hard attention (ahead at the one budget measured).
         doubly_stochastic: (soft / hard) lambda of the doubly stochastic penalty (Xu et al. eq. 14).
+        doubly_stochastic_steps: (soft / hard) None, or N: the penalty fades linearly to 0 over N steps.
         seed: seed of hard attention's samples.
         learning_rate: Adam's.
         max_length: the longest caption in tokens (the Transformer's position table; RNNs have no limit).
@@ -53,7 +54,8 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None,
     else:
         query = DEFAULT_QUERY[name] if query is None else query
         model = ShowAttendTell(vocabulary_size, attention=name, estimator=estimator, query=query, seed=seed,
-                               doubly_stochastic=doubly_stochastic, scheduled_sampling=scheduled_sampling,
+                               doubly_stochastic=doubly_stochastic, doubly_stochastic_steps=doubly_stochastic_steps,
+                               scheduled_sampling=scheduled_sampling,
                                name="show_attend_tell", **encoder)
     model.compile_for_captioning(learning_rate)
     return model

@@ -221,12 +221,16 @@ def test_keras_applications_backbone_trains_a_step():
         ImageEncoder(64, backbone="NoSuchNet")
 
 
+TINY_VIT = {"hidden_dim": 8, "num_heads": 2, "mlp_dim": 16}
+
+
 @pytest.mark.parametrize("encoder, grid", [({"self_attention": True}, (4, 4)),
-                                           ({"backbone": "vit", "vit": {"patch_size": 4, "hidden_dim": 8,
-                                                                        "num_heads": 2, "mlp_dim": 16}}, (4, 4))])
-def test_sagan_block_and_vit_encoder_train_with_fit(encoder, grid):
+                                           ({"backbone": "vit", "vit": {"patch_size": 4, **TINY_VIT}}, (4, 4)),
+                                           ({"backbone": "hybrid", "filters": (4,), "vit": TINY_VIT}, (4, 4))])
+def test_sagan_block_and_vit_encoders_train_with_fit(encoder, grid):
     """The encoder options: a SAGAN block after the small CNN (identity at gamma = 0, then trained), a ViT's patch
-    tokens as the annotation vectors; both give the decoder its grid, train under fit and round-trip the config."""
+    tokens as the annotation vectors, the hybrid ViT over 2 x 2 patches of a CNN map (here 8 x 8 -> 4 x 4); each gives
+    the decoder its grid, trains under fit and round-trips the config."""
     keras.utils.set_random_seed(8)
     model = ShowAttendTell(V, **{**SMALL, **encoder})
     model.compile_for_captioning(1e-2)
@@ -246,6 +250,9 @@ def test_sagan_block_and_vit_encoder_train_with_fit(encoder, grid):
         ImageEncoder(64, backbone="vit", vit={"depth": 2})
     with pytest.raises(ValueError, match="divisible by the ViT's patch_size"):
         ImageEncoder(60, backbone="vit")
+    with pytest.raises(ValueError, match=r"the CNN's feature map \(16\) must be divisible by the ViT's patch_size"):
+        ImageEncoder(64, backbone="hybrid", vit={"patch_size": 3})
+    assert ImageEncoder(64, backbone="hybrid").filters == (32, 64) and ImageEncoder(64).filters == (32, 64, 128)
 
 
 def test_config_round_trip_and_weights():
@@ -282,4 +289,26 @@ def test_bad_input_gets_clear_errors():
     with pytest.raises(ValueError, match="doubly_stochastic"):
         ShowAttendTell(V, doubly_stochastic=-1.0)
 
+
+
+
+def test_doubly_stochastic_penalty_fades_over_its_steps():
+    """lambda_i = lambda (1 - i / N): with N = 2 the same batch's penalty is p, p / 2, then 0; the step counter
+    round-trips with the config and the weights."""
+    keras.utils.set_random_seed(9)
+    model = ShowAttendTell(V, doubly_stochastic_steps=2, **SMALL)
+    images, caption_in = _batch()
+    model((images, caption_in))
+    penalties = []
+    for _ in range(3):
+        model((images, caption_in), training=True)
+        penalties.append(float(sum(_numpy(loss) for loss in model.losses)))
+    assert penalties[0] > 0
+    np.testing.assert_allclose(penalties, [penalties[0], penalties[0] / 2, 0.0], atol=1e-7)
+    clone = ShowAttendTell.from_config(model.get_config())
+    clone((images, caption_in))
+    clone.set_weights(model.get_weights())
+    assert clone.doubly_stochastic_steps == 2 and float(_numpy(clone.penalty_iterations)) == 3
+    with pytest.raises(ValueError, match="doubly_stochastic_steps"):
+        ShowAttendTell(V, doubly_stochastic_steps=0, **SMALL)
 
