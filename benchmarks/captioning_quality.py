@@ -42,8 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--doubly-stochastic", type=float, default=1.0,
                         help="soft / hard attention's lambda of the doubly stochastic penalty (Xu et al. eq. 14)")
     parser.add_argument("--doubly-stochastic-steps", type=int, default=None,
-                        help="fade the doubly stochastic penalty linearly to 0 over this many steps (default: "
-                             "constant)")
+                        help="fade the doubly stochastic penalty linearly to 0 over this many steps; 0: constant (the "
+                             "paper's); default: the recipe's (soft 1000, hard constant)")
     parser.add_argument("--filters", type=lambda text: tuple(int(f) for f in text.split(",")), default=None,
                         help="the small CNN's channels per block for the attnlayers models, e.g. 32,64 (a 16 x 16 "
                              "grid); default: the encoder's 32,64,128 (8 x 8)")
@@ -187,13 +187,14 @@ def run(args):
     gumbel = args.model == "hard" and args.estimator == "gumbel"
     label = args.model + ("-gumbel" if gumbel else "") + (f"-{args.query}" if attends else "")
     label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
-    label += f"-fade{args.doubly_stochastic_steps}" if attends and args.doubly_stochastic_steps else ""
+    fade = getattr(model, "doubly_stochastic_steps", None)  # the recipe's when the flag is not given
+    label += f"-fade{fade}" if attends and fade else ""
     label += "-filters" + "_".join(map(str, args.filters)) if args.filters and args.model != "keras_io" else ""
     label += f"-{args.encoder}" if args.encoder != "small" and args.model != "keras_io" else ""
     label += "-sagan" if args.self_attention and args.model != "keras_io" else ""
     record = {"model": args.model, "query": args.query if attends else None,
               "doubly_stochastic": args.doubly_stochastic if attends else None,
-              "doubly_stochastic_steps": args.doubly_stochastic_steps if attends else None,
+              "doubly_stochastic_steps": fade if attends else None,
 
               "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes,
               "seed": args.seed, "batch_size": args.batch_size,

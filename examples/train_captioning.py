@@ -55,8 +55,9 @@ def parse_args(argv=None):
     parser.add_argument("--data", default="scenes", help="scenes | scenes:NUM_TRAIN | flickr8k:DIR | coco:DIR")
     parser.add_argument("--encoder", default="small",
                         help="small (a CNN trained from scratch, default), vit (a Vision Transformer trained from "
-                             "scratch: 8 x 8 patches, 2 layers, d 128; its patch tokens are the annotation vectors) "
-                             "or a keras.applications class name, e.g. MobileNetV2")
+                             "scratch: 8 x 8 patches, 2 layers, d 128; its patch tokens are the annotation vectors), "
+                             "hybrid (the same Transformer over 2 x 2 patches of a 2-block CNN's map) or a "
+                             "keras.applications class name, e.g. MobileNetV2")
     parser.add_argument("--self-attention", action="store_true",
                         help="a SAGAN self-attention block on the small CNN's last feature map")
     parser.add_argument("--encoder-weights", default=None,
@@ -74,6 +75,10 @@ def parse_args(argv=None):
                                                                    "included; longer captions are cut and counted")
     parser.add_argument("--beam-size", type=int, default=3, help="k of the beam search (default 3; 1 = greedy)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--doubly-stochastic-steps", type=int, default=None,
+                        help="soft / hard attention: fade Xu et al.'s doubly stochastic penalty (eq. 14) linearly to "
+                             "0 over this many training steps; 0 keeps it constant (the paper's); default: the "
+                             "recipe's (soft 1000, hard 0)")
     sampling_flags.add_scheduled_sampling_arguments(parser)
     parser.add_argument("--num-test", type=int, default=1000, help="held-out test images (default 1000)")
     parser.add_argument("--num-validation", type=int, default=500, help="validation images (default 500)")
@@ -94,6 +99,8 @@ def parse_args(argv=None):
         parser, args, supported=args.attention in ("soft", "hard"), why="--attention soft and hard (the attention "
         f"LSTM), not --attention {args.attention}")
     args.epochs = budget_epochs(args.epochs, args.minutes, DEFAULT_EPOCHS)  # --minutes alone: until it ends
+    if args.doubly_stochastic_steps is not None and args.doubly_stochastic_steps < 0:
+        parser.error("--doubly-stochastic-steps must be >= 0 (0: a constant penalty)")
     for flag in ("batch_size", "beam_size", "image_size", "num_test", "num_validation"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
@@ -156,7 +163,7 @@ def run(args):
         try:
             model = build_captioner(args.attention, vocabulary.vocabulary_size, estimator=args.estimator,
                                     query=args.query, seed=args.seed, learning_rate=args.learning_rate,
-                                    max_length=args.max_length,
+                                    max_length=args.max_length, doubly_stochastic_steps=args.doubly_stochastic_steps,
                                     scheduled_sampling=sampling_flags.model_argument(args), **encoder)
         except ValueError as error:
             raise UsageError(str(error)) from None
@@ -218,6 +225,7 @@ def run(args):
 
     query = getattr(getattr(model, "decoder", None), "query", None)  # the recipe's when --query is not given
     record = {"attention": args.attention, "estimator": args.estimator, "query": query, "data": args.data,
+              "doubly_stochastic_steps": getattr(model, "doubly_stochastic_steps", None),
               "seed": args.seed,
               "encoder": args.encoder, "self_attention": args.self_attention, "image_size": args.image_size,
               "batch_size": args.batch_size,

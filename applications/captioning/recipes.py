@@ -15,10 +15,14 @@ MODELS = ("soft", "hard", "none", "transformer")
 
 # The query each attention's recipe uses by default: the better one measured (benchmarks/README.md).
 DEFAULT_QUERY = {"soft": "current", "hard": "previous"}
+# Over how many steps each attention's recipe fades the doubly stochastic penalty (None: constant, as in the paper):
+# fading lets the maps settle on the objects (benchmarks/README.md, captioning).
+DEFAULT_DOUBLY_STOCHASTIC_STEPS = {"soft": 1000, "hard": None}
 
 
 def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None, doubly_stochastic=1.0,
-                    doubly_stochastic_steps=None, seed=None, learning_rate=1e-3, max_length=24, scheduled_sampling=None, **encoder):
+                    doubly_stochastic_steps=None, seed=None, learning_rate=1e-3, max_length=24,
+                    scheduled_sampling=None, **encoder):
     """Builds and compiles a captioner.
 
     Args:
@@ -31,7 +35,8 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None,
             :data:`DEFAULT_QUERY`: "current" for soft attention (ahead in BLEU and far ahead in localization
             on the scenes), "previous" for hard attention (ahead at the one budget measured).
         doubly_stochastic: (soft / hard) lambda of the doubly stochastic penalty (Xu et al. eq. 14).
-        doubly_stochastic_steps: (soft / hard) None, or N: the penalty fades linearly to 0 over N steps.
+        doubly_stochastic_steps: (soft / hard) N > 0: the penalty fades linearly to 0 over the first N training
+            steps; 0: constant (the paper's); None: :data:`DEFAULT_DOUBLY_STOCHASTIC_STEPS` (soft 1000, hard 0).
         seed: seed of hard attention's samples.
         learning_rate: Adam's.
         max_length: the longest caption in tokens (the Transformer's position table; RNNs have no limit).
@@ -53,6 +58,10 @@ def build_captioner(name, vocabulary_size, *, estimator="reinforce", query=None,
                                      **encoder)
     else:
         query = DEFAULT_QUERY[name] if query is None else query
+        if doubly_stochastic_steps is None:
+            doubly_stochastic_steps = DEFAULT_DOUBLY_STOCHASTIC_STEPS[name]
+        if doubly_stochastic_steps == 0:
+            doubly_stochastic_steps = None  # ShowAttendTell's constant lambda
         model = ShowAttendTell(vocabulary_size, attention=name, estimator=estimator, query=query, seed=seed,
                                doubly_stochastic=doubly_stochastic, doubly_stochastic_steps=doubly_stochastic_steps,
                                scheduled_sampling=scheduled_sampling,

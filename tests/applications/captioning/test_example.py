@@ -28,7 +28,7 @@ def test_help_explains_every_flag(script, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert exit_.value.code == 0
     for flag in ("--attention", "--estimator", "--query", "--data", "--encoder", "--encoder-weights", "--fine-tune",
-                 "--feature-cache",
+                 "--feature-cache", "--doubly-stochastic-steps",
                  "--epochs", "--minutes", "--batch-size", "--strategy", "--precision", "--beam-size", "--out"):
         assert flag in text
     for choice in ("soft", "hard", "none", "reinforce", "gumbel", "flickr8k:DIR", "coco:DIR", "mirrored"):
@@ -39,6 +39,7 @@ def test_help_explains_every_flag(script, capsys):
     (["--attention", "local"], "invalid choice"),
     (["--epochs", "0"], "--epochs must be at least 1"),
     (["--max-length", "2"], "--max-length must be at least 3"),
+    (["--doubly-stochastic-steps", "-1"], "--doubly-stochastic-steps must be >= 0"),
     (["--attention", "transformer", "--scheduled-sampling", "exponential:0.99"],
      "--scheduled-sampling applies to --attention soft and hard"),
 ])
@@ -53,7 +54,7 @@ def test_a_short_run_writes_every_artefact(tmp_path):
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--data", "scenes:96", "--num-test", "8", "--num-validation", "8",
          "--image-size", "32", "--epochs", "1", "--batch-size", "32", "--beam-size", "2", "--out", str(out),
-         "--verbose", "0", "--viewer", "--scheduled-sampling", "inverse_sigmoid:2"],
+         "--verbose", "0", "--viewer", "--scheduled-sampling", "inverse_sigmoid:2", "--doubly-stochastic-steps", "2"],
         capture_output=True, text=True, timeout=600, env=ENV, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     for header in ("BLEU-1", "BLEU-4", "CIDEr", "exact_match", "localization"):
@@ -65,6 +66,7 @@ def test_a_short_run_writes_every_artefact(tmp_path):
     assert (out / "captioner" / "saved_model.pb").exists() and (out / "logs").is_dir()
     assert result["scheduled_sampling"] == "inverse_sigmoid:2 (sample)"  # eps_i = 2 / (2 + exp(i / 2)), logged
     assert 0.0 < result["training"]["history"]["scheduled_sampling_epsilon"][-1] < 2 / 3
+    assert result["doubly_stochastic_steps"] == 2  # the penalty faded out within the run's 3 steps
 
 
 def test_data_problems_are_one_line_errors(tmp_path):

@@ -312,3 +312,15 @@ def test_doubly_stochastic_penalty_fades_over_its_steps():
     with pytest.raises(ValueError, match="doubly_stochastic_steps"):
         ShowAttendTell(V, doubly_stochastic_steps=0, **SMALL)
 
+
+
+def test_recipe_fades_the_penalty_for_soft_attention_only():
+    """build_captioner: soft attention fades eq. 14 over 1000 steps unless told otherwise (0: constant); hard keeps
+    the paper's constant penalty."""
+    from attnlayers.applications.captioning.recipes import build_captioner
+
+    small = dict(image_size=16, filters=(4, 8), units=8, embedding_dim=8)
+    assert build_captioner("soft", V, **small).doubly_stochastic_steps == 1000
+    assert build_captioner("soft", V, doubly_stochastic_steps=0, **small).penalty_iterations is None
+    assert build_captioner("hard", V, **small).doubly_stochastic_steps is None
+    assert build_captioner("hard", V, doubly_stochastic_steps=7, **small).doubly_stochastic_steps == 7
