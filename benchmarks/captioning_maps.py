@@ -35,7 +35,7 @@ def load_run(name, results=RESULTS):
         record["model"], vocabulary.vocabulary_size, seed=record["seed"], image_size=IMAGE_SIZE,
         max_length=MAX_LENGTH, query=record.get("query"), estimator=record.get("estimator") or "reinforce",
         doubly_stochastic=record.get("doubly_stochastic") or 0.0,
-        doubly_stochastic_steps=record.get("doubly_stochastic_steps"),
+        doubly_stochastic_steps=record.get("doubly_stochastic_steps") or 0,  # absent / None: a constant penalty
         backbone=record.get("encoder", "small"),
         self_attention=record.get("self_attention", False), filters=record.get("filters"))
     model((splits.test.images[:1], np.ones((1, 2), "int32")))
@@ -43,7 +43,7 @@ def load_run(name, results=RESULTS):
     return record, model, splits, vocabulary
 
 
-def plot(names, index, out, results=RESULTS):
+def plot(names, index, out, results=RESULTS, dpi=80):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,7 +57,7 @@ def plot(names, index, out, results=RESULTS):
     test = runs[0][2].test
     words = test.captions[index][0].split()
     image = test.images[index].astype("float64") / 255.0
-    fig, axes = plt.subplots(len(runs), len(words) + 1, figsize=(1.6 * (len(words) + 1), 1.9 * len(runs)),
+    fig, axes = plt.subplots(len(runs), len(words) + 1, figsize=(1.15 * (len(words) + 1), 1.4 * len(runs)),
                              squeeze=False, layout="constrained")
     for row, (name, (record, model, splits, vocabulary)) in zip(axes, zip(names, runs)):
         if splits.test.captions[index] != test.captions[index]:
@@ -66,28 +66,26 @@ def plot(names, index, out, results=RESULTS):
                                                 max_length=model.generation_length(None))[0]
         up = upsample_attention(maps.reshape(len(maps), *model.grid_shape), image.shape[:2])  # (T, H, W)
         scale = up.max()
-        row[0].imshow(image)
+        row[0].imshow(image, interpolation="nearest")
         steps = record.get("doubly_stochastic_steps")
-        penalty = f"eq. 14 fades over {steps} steps" if steps else "eq. 14 constant"
-        row[0].set_title(f"{record.get('encoder', 'small')}, {penalty}\nPointing Game {record['pointing_game']:.2f}",
-                         fontsize=7)
-        row[0].set_ylabel(name.replace("_15min", ""), fontsize=6)
+        penalty = f"fading eq. 14\n({steps} steps)" if steps else "constant\neq. 14"
+        row[0].set_title(f"{record.get('encoder', 'small')}, {penalty}, PG {record['pointing_game']:.2f}", fontsize=7)
         for t, ax in enumerate(row[1:]):
             heat = up[t] / scale
-            ax.imshow(np.clip(image * (0.15 + 0.85 * heat[..., None]), 0, 1))
+            ax.imshow(np.clip(image * (0.15 + 0.85 * heat[..., None]), 0, 1), interpolation="nearest")
             y, x = np.unravel_index(np.argmax(up[t]), up[t].shape)
             ax.plot(x, y, "+", color="red", markersize=9, markeredgewidth=2)
             k = int(test.word_objects[index][t])
             if k >= 0:
                 y0, x0, y1, x1 = test.objects[index][k].box
                 ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, color="white", lw=1))
-            ax.set_title(f"{words[t]} ({maps[t].max():.2f})", fontsize=8)
+            ax.set_title(f"{words[t]} ({maps[t].max():.2f})", fontsize=7)
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
     fig.suptitle(f"test scene {index}: teacher-forced maps on one scale per row; (max alpha); + the peak", fontsize=9)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=dpi)
     print(out)
 
 
@@ -97,8 +95,9 @@ def main(argv=None):
     parser.add_argument("--index", type=int, default=0, help="the test scene")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "maps.png")
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--dpi", type=int, default=80)
     args = parser.parse_args(argv)
-    plot(args.names, args.index, args.out, args.results)
+    plot(args.names, args.index, args.out, args.results, args.dpi)
     return 0
 
 

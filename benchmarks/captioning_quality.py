@@ -37,13 +37,13 @@ def parse_args(argv=None):
     parser.add_argument("--query", choices=("previous", "current"), default=None,
                         help="soft / hard attention's query: current (h_t after reading the previous word, Lu et al. "
                              "2017) or previous (h_{t-1}, Xu et al.); default: the recipe's")
-    parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
-                        help="hard attention's gradient estimator")
+    parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default=None,
+                        help="hard attention's gradient estimator; default: the recipe's (gumbel)")
     parser.add_argument("--doubly-stochastic", type=float, default=1.0,
                         help="soft / hard attention's lambda of the doubly stochastic penalty (Xu et al. eq. 14)")
     parser.add_argument("--doubly-stochastic-steps", type=int, default=None,
                         help="fade the doubly stochastic penalty linearly to 0 over this many steps; 0: constant (the "
-                             "paper's); default: the recipe's (soft 1000, hard constant)")
+                             "paper's); default: the recipe's (1000)")
     parser.add_argument("--filters", type=lambda text: tuple(int(f) for f in text.split(",")), default=None,
                         help="the small CNN's channels per block for the attnlayers models, e.g. 32,64 (a 16 x 16 "
                              "grid); default: the encoder's 32,64,128 (8 x 8)")
@@ -184,7 +184,8 @@ def run(args):
         return [path] if path else []
 
     attends = args.model in ("soft", "hard")
-    gumbel = args.model == "hard" and args.estimator == "gumbel"
+    estimator = model.estimator if args.model == "hard" else None  # the recipe's when the flag is not given
+    gumbel = estimator == "gumbel"
     label = args.model + ("-gumbel" if gumbel else "") + (f"-{args.query}" if attends else "")
     label += f"-lambda{args.doubly_stochastic:g}" if attends and args.doubly_stochastic != 1.0 else ""
     fade = getattr(model, "doubly_stochastic_steps", None)  # the recipe's when the flag is not given
@@ -196,7 +197,7 @@ def run(args):
               "doubly_stochastic": args.doubly_stochastic if attends else None,
               "doubly_stochastic_steps": fade if attends else None,
 
-              "estimator": args.estimator if args.model == "hard" else None, "minutes": args.minutes,
+              "estimator": estimator, "minutes": args.minutes,
               "seed": args.seed, "batch_size": args.batch_size,
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",

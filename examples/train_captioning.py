@@ -5,8 +5,8 @@
     python examples/train_captioning.py --attention none --data flickr8k:~/Flickr8k --encoder MobileNetV2 \
         --encoder-weights imagenet --image-size 224
 
-Models: soft / hard attention (Show, Attend and Tell; hard attention trained with REINFORCE, or Gumbel
-straight-through with --estimator gumbel), "none" (the same encoder and LSTM without attention) and
+Models: soft / hard attention (Show, Attend and Tell; hard attention trained with Gumbel straight-through, or
+with the paper's REINFORCE with --estimator reinforce), "none" (the same encoder and LSTM without attention) and
 "transformer" (the same encoder under the library's Transformer decoder). Data:
 "scenes" (generated images of shapes with known object boxes; nothing to install), "scenes:NUM_TRAIN",
 "flickr8k:DIR" or "coco:DIR" (see docs/captioning-data.md).
@@ -46,12 +46,12 @@ def parse_args(argv=None):
                         help="soft / hard attention (Show, Attend and Tell), none (the same encoder and LSTM "
                              "without attention) or transformer (the library's Transformer decoder over the grid) "
                              "(default: soft)")
-    parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default="reinforce",
-                        help="hard attention's gradient estimator (default: reinforce, the paper's)")
+    parser.add_argument("--estimator", choices=("reinforce", "gumbel"), default=None,
+                        help="hard attention's gradient estimator: gumbel (straight-through Gumbel-softmax, the "
+                             "default: it learns the scenes in the budget measured) or reinforce (the paper's)")
     parser.add_argument("--query", choices=("previous", "current"), default=None,
                         help="soft / hard attention's query: current (h_t after reading the previous word, Lu "
-                             "et al. 2017) or previous (h_{t-1}, Xu et al.); default: the better one measured, "
-                             "current for soft and previous for hard attention")
+                             "et al. 2017; the default, the better one measured) or previous (h_{t-1}, Xu et al.)")
     parser.add_argument("--data", default="scenes", help="scenes | scenes:NUM_TRAIN | flickr8k:DIR | coco:DIR")
     parser.add_argument("--encoder", default="small",
                         help="small (a CNN trained from scratch, default), vit (a Vision Transformer trained from "
@@ -78,7 +78,7 @@ def parse_args(argv=None):
     parser.add_argument("--doubly-stochastic-steps", type=int, default=None,
                         help="soft / hard attention: fade Xu et al.'s doubly stochastic penalty (eq. 14) linearly to "
                              "0 over this many training steps; 0 keeps it constant (the paper's); default: the "
-                             "recipe's (soft 1000, hard 0)")
+                             "recipe's (1000)")
     sampling_flags.add_scheduled_sampling_arguments(parser)
     parser.add_argument("--num-test", type=int, default=1000, help="held-out test images (default 1000)")
     parser.add_argument("--num-validation", type=int, default=500, help="validation images (default 500)")
@@ -224,7 +224,8 @@ def run(args):
         return path
 
     query = getattr(getattr(model, "decoder", None), "query", None)  # the recipe's when --query is not given
-    record = {"attention": args.attention, "estimator": args.estimator, "query": query, "data": args.data,
+    estimator = getattr(model, "estimator", None) if args.attention == "hard" else None  # the recipe's by default
+    record = {"attention": args.attention, "estimator": estimator, "query": query, "data": args.data,
               "doubly_stochastic_steps": getattr(model, "doubly_stochastic_steps", None),
               "seed": args.seed,
               "encoder": args.encoder, "self_attention": args.self_attention, "image_size": args.image_size,

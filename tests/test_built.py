@@ -267,6 +267,7 @@ APPLICATIONS = {
     **{f"captioning_{name}": (lambda name=name: _captioner(name), "captioning")
        for name in ("soft", "hard", "none", "transformer")},
     "captioning_soft_sagan": (lambda: _captioner("soft", self_attention=True), "captioning"),
+    "captioning_hard_reinforce": (lambda: _captioner("hard", estimator="reinforce", query="previous"), "captioning"),
     "captioning_soft_vit": (lambda: _captioner("soft", backbone="vit", vit={"patch_size": 4, "hidden_dim": 8,
                                                                              "num_heads": 2, "mlp_dim": 16}),
                             "captioning"),

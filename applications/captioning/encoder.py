@@ -5,9 +5,8 @@ Default: a small CNN trained from scratch (works offline), optionally with a SAG
 last feature map (``self_attention=True``). Options: ``backbone="vit"``, a Vision Transformer over image patches
 whose patch tokens are the annotation vectors (Dosovitskiy et al. 2021); ``backbone="hybrid"``, the same
 Transformer over patches of the small CNN's feature map (their section 3.1, "Hybrid Architecture"); a
-``keras.applications`` backbone by
-name, with ``weights=None``, ``"imagenet"`` (for users who are online) or a local weights file, frozen or
-fine-tuned.
+``keras.applications`` backbone by name, with ``weights=None``, ``"imagenet"`` (for users who are online) or a local
+weights file, frozen or fine-tuned.
 
 Backend-agnostic (``keras.ops`` only).
 """
@@ -104,9 +103,9 @@ class ImageEncoder(keras.layers.Layer):
             Vision Transformer trained from scratch: P x P patches embedded, learned positions, pre-LN
             Transformer layers; the (S / P)^2 patch tokens are the annotation vectors; sizes :data:`VIT_ENCODER`),
             "hybrid" (the same Transformer over P x P patches of the small CNN's last feature map, Dosovitskiy
-            et al. section 3.1; sizes :data:`HYBRID_ENCODER`; with ``filters=(32, 64)`` a 64-pixel image gives
-            16 x 16 features of a ~16-pixel receptive field, then an 8 x 8 grid of tokens) or the class name of a ``keras.applications`` model (a key of :data:`BACKBONES`), used without its
-            top.
+            et al. section 3.1; sizes :data:`HYBRID_ENCODER`; with its filters (32, 64) a 64-pixel image gives
+            16 x 16 features that each see ~16 pixels, then an 8 x 8 grid of tokens) or the class name of a
+            ``keras.applications`` model (a key of :data:`BACKBONES`), used without its top.
         filters: the small CNN's channels per block; None: :data:`SMALL_FILTERS`, or :data:`HYBRID_FILTERS` for
             "hybrid".
         self_attention: (small CNN) a SAGAN block (:class:`attnlayers.SelfAttention2D`, Zhang et al. 2019) on the

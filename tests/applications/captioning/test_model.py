@@ -314,13 +314,16 @@ def test_doubly_stochastic_penalty_fades_over_its_steps():
 
 
 
-def test_recipe_fades_the_penalty_for_soft_attention_only():
-    """build_captioner: soft attention fades eq. 14 over 1000 steps unless told otherwise (0: constant); hard keeps
-    the paper's constant penalty."""
+def test_recipe_defaults_fade_the_penalty_and_use_gumbel():
+    """build_captioner: soft and hard attention fade eq. 14 over 1000 steps unless told otherwise (0: constant); hard
+    attention's default estimator is Gumbel straight-through, REINFORCE on request."""
     from attnlayers.applications.captioning.recipes import build_captioner
 
     small = dict(image_size=16, filters=(4, 8), units=8, embedding_dim=8)
     assert build_captioner("soft", V, **small).doubly_stochastic_steps == 1000
     assert build_captioner("soft", V, doubly_stochastic_steps=0, **small).penalty_iterations is None
-    assert build_captioner("hard", V, **small).doubly_stochastic_steps is None
+    hard = build_captioner("hard", V, **small)
+    assert (hard.doubly_stochastic_steps, hard.estimator, hard.decoder.query, hard.sampled) == (1000, "gumbel",
+                                                                                                "current", False)
+    assert build_captioner("hard", V, estimator="reinforce", **small).sampled  # the REINFORCE loss
     assert build_captioner("hard", V, doubly_stochastic_steps=7, **small).doubly_stochastic_steps == 7
