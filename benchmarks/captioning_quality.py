@@ -196,7 +196,6 @@ def run(args):
     record = {"model": args.model, "query": args.query if attends else None,
               "doubly_stochastic": args.doubly_stochastic if attends else None,
               "doubly_stochastic_steps": fade if attends else None,
-
               "estimator": estimator, "minutes": args.minutes,
               "seed": args.seed, "batch_size": args.batch_size,
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
@@ -228,8 +227,7 @@ def table(results_dir):
         model = r["model"] + (" gumbel" if r.get("estimator") == "gumbel" else "") + (
             f" ({r['query']} query)" if r.get("query") else "") + (
             f", lambda {r['doubly_stochastic']:g}" if r.get("doubly_stochastic") not in (None, 1.0) else "") + (
-            f" fading over {r['doubly_stochastic_steps']} steps" if r.get("doubly_stochastic_steps") else "") + (
-
+            f", eq. 14 fading over {r['doubly_stochastic_steps']} steps" if r.get("doubly_stochastic_steps") else "") + (
             f", {IMAGE_SIZE >> len(r['filters'])}x{IMAGE_SIZE >> len(r['filters'])} grid" if r.get("filters") else "")
         model += {"vit": ", ViT encoder", "hybrid": ", hybrid ViT encoder"}.get(r.get("encoder"), "") + (
             ", SAGAN block" if r.get("self_attention") else "")
