@@ -63,7 +63,10 @@ def plot(names, index, out, results=RESULTS, dpi=80):
         if splits.test.captions[index] != test.captions[index]:
             raise SystemExit(f"{name} was trained on another split (seed {record['seed']}); compare runs of one seed.")
         maps = predict.teacher_forced_attention(model, splits.test.select([index]), vocabulary,
-                                                max_length=model.generation_length(None))[0]
+                                                max_length=model.generation_length(None))
+        if maps is None:
+            raise SystemExit(f"{name} is a {record['model']} captioner, which has no attention maps.")
+        maps = maps[0]
         up = upsample_attention(maps.reshape(len(maps), *model.grid_shape), image.shape[:2])  # (T, H, W)
         scale = up.max()
         row[0].imshow(image, interpolation="nearest")
