@@ -81,19 +81,23 @@ def load_corpus(corpus, read_text_documents, *, seed=0):
 
     from . import corpora
 
-    documents = []
-    for part in corpus.split("+"):
+    parts = corpus.split("+")
+    for part in parts:  # every part checked before any is read: a typo costs no corpus read
         scheme, _, path = part.partition(":")
+        if part not in ("kjv", "tweets") and not (scheme == "text" and path):
+            raise UsageError(f"--corpus {corpus}: expected kjv, tweets or text:PATH, or several joined by + "
+                             f"(kjv+tweets); received {part!r}")
+        if scheme == "text" and not os.path.isfile(os.path.expanduser(path)):
+            raise UsageError(f"--corpus {corpus}: {path}: no such file")
+    documents = []
+    for part in parts:
         try:
             if part == "kjv":
                 documents += corpora.bible_documents()
             elif part == "tweets":
                 documents += corpora.tweet_documents(seed=seed)
-            elif scheme == "text" and path:
-                documents += read_text_documents(os.path.expanduser(path))
             else:
-                raise UsageError(f"--corpus {corpus}: expected kjv, tweets or text:PATH, or several joined by + "
-                                 f"(kjv+tweets); received {part!r}")
+                documents += read_text_documents(os.path.expanduser(part.partition(":")[2]))
         except (OSError, ValueError) as error:
             raise usage_error(error) from None
     return documents

@@ -215,7 +215,13 @@ def test_a_missing_or_too_short_initialization_is_a_one_line_error(pretrained, f
     assert "position table" in capsys.readouterr().err
 
 
-def test_pretrain_flags_and_corpus_errors(pretrain_script, tmp_path, capsys):
+def test_pretrain_flags_and_corpus_errors(pretrain_script, tmp_path, capsys, monkeypatch):
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a corpus was read before --corpus was checked")
+
+    # Bad --corpus values are refused before any corpus is read, whatever this machine has installed.
+    monkeypatch.setattr(corpora, "bible_documents", no_reading)
+    monkeypatch.setattr(corpora, "tweet_documents", no_reading)
     with pytest.raises(SystemExit) as exit_:
         pretrain_script.parse_args(["--sequence-length", "4"])
     assert exit_.value.code == 2 and "--sequence-length must be at least 5" in capsys.readouterr().err
@@ -226,6 +232,8 @@ def test_pretrain_flags_and_corpus_errors(pretrain_script, tmp_path, capsys):
         capsys.readouterr().err)
     assert pretrain_script.main(["--corpus", "kjv+", "--out", str(tmp_path / "o")]) == 2
     assert "received ''" in capsys.readouterr().err
+    assert pretrain_script.main(["--corpus", f"tweets+text:{tmp_path / 'gone.txt'}", "--out", str(tmp_path / "o")]) == 2
+    assert "gone.txt: no such file" in capsys.readouterr().err
 
 
 def test_corpora_joined_by_plus(monkeypatch, tmp_path):
