@@ -27,10 +27,36 @@ _BACKEND = keras.backend.backend()
 _HALF = ("float16", "bfloat16")
 #: Head sizes cuDNN's flash attention takes on every GPU it runs on (Ampere: <= 128, Hopper: <= 256).
 _CUDNN_MAX_HEAD = 128
+#: The oldest GPU cuDNN's flash attention runs on: Ampere (keras' own check asks the same).
+_CUDNN_MIN_CAPABILITY = (8, 0)
 
-#: The exceptions by which ``jax.nn.dot_product_attention(implementation="cudnn")`` refuses a call while it is
-#: traced (shapes, dtypes, cuDNN version): the caller then takes another route.
-REFUSALS = (ValueError, NotImplementedError, RuntimeError, TypeError)
+#: How ``jax.nn.dot_product_attention(implementation="cudnn")`` refuses a call it does not take, while it is traced
+#: (jax 0.10.2, ``jax/_src/cudnn/fused_attention_stablehlo.py``): (exception type, start of its message). Only these
+#: are refusals (:func:`cudnn_refusal`); any other exception from the call is an error and propagates. The checks of
+#: :func:`why_not_cudnn` come first, so most of these are not reached; the ValueErrors of jax's ``check_layout``
+#: (shapes or dtypes that disagree) are not refusals but errors of the caller.
+CUDNN_REFUSALS = (
+    (RuntimeError, "cuDNN is not detected."),  # check_cudnn_version: a jaxlib without CUDA (CPU-only, ROCm)
+    (NotImplementedError, "Q must be fp16/bf16"),  # check_layout: the dtype
+    (NotImplementedError, "The head dim must be <= "),  # check_is_flash_attention: H > 128 (Hopper 256), H % 8
+    (NotImplementedError, "Unsupported sequence length Q "),  # ...: gradients with a bias and an odd T or S
+    (NotImplementedError, "Compute capability 10.3 requires cuDNN"),  # ...: cuDNN < 9.11 on that GPU
+    (NotImplementedError, "Currently only support batch_dim in [0, None]"),  # its vmap rule: another batch axis
+)
+
+
+def cudnn_refusal(error):
+    """cuDNN's message when ``error`` is cuDNN's flash attention refusing a call (one of :data:`CUDNN_REFUSALS`,
+    matched by exact type and the start of the message), else None: then ``error`` is not a refusal.
+
+    Args:
+        error: an exception raised by ``jax.nn.dot_product_attention(..., implementation="cudnn")``.
+    """
+    message = str(error)
+    for kind, start in CUDNN_REFUSALS:
+        if type(error) is kind and message.startswith(start):
+            return message
+    return None
 
 
 def platform():
@@ -48,8 +74,12 @@ def compiled_by_xla(x):
     is visible); not eager execution or a plain TensorFlow graph. Decided when tracing (a Python bool). Some
     choices of speed depend on it: a cache written in place, a fusion that pays under XLA and costs in a graph.
 
-    Under TensorFlow it reads TensorFlow's own XLA context (``control_flow_util``, not public API); if that moves,
-    it says False: the choices it informs are of speed, never of the result.
+    Under TensorFlow it asks ``tf.__internal__.get_enclosing_xla_context()``, the XLA context that
+    ``tf.function(jit_compile=True)`` opens around the graph it traces (searched through the enclosing graphs).
+    Neither TensorFlow's public API nor keras' tells a graph that XLA compiles from one that it does not
+    (``tf.inside_function()`` and ``tf.executing_eagerly()`` tell a graph from eager execution only);
+    ``tf.__internal__`` is the namespace TensorFlow exports for keras, not ``tensorflow.python``. If it is
+    missing, this says False: the choices it informs are of speed, never of the result.
 
     Args:
         x: a tensor of the computation.
@@ -62,12 +92,44 @@ def compiled_by_xla(x):
         return False
     import tensorflow as tf
 
-    try:
-        from tensorflow.python.ops import control_flow_util  # TensorFlow's own test for XLA tracing
-    except ImportError:  # pragma: no cover - a TensorFlow without it: assume a plain graph
+    enclosing_xla_context = getattr(getattr(tf, "__internal__", None), "get_enclosing_xla_context", None)
+    if enclosing_xla_context is None:  # pragma: no cover - a TensorFlow without it: assume a plain graph
         return False
-    graph = tf.compat.v1.get_default_graph()
-    return not tf.executing_eagerly() and bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+    return not tf.executing_eagerly() and enclosing_xla_context() is not None
+
+
+def why_not_cudnn(dtype, head_size):
+    """Why cuDNN's flash attention cannot take inputs of ``dtype`` with heads of ``head_size`` here (a sentence),
+    or None when it can. Checked before the call; while it is traced, cuDNN may still refuse it
+    (:func:`cudnn_refusal`: e.g. gradients through a bias with an odd length, a jaxlib without cuDNN).
+
+    Args:
+        dtype: the compute dtype of the queries, keys and values.
+        head_size: H of the queries, keys and values.
+    """
+    if _BACKEND != "jax":
+        return f"the {_BACKEND} backend has no cuDNN attention kernel"
+    where = platform()
+    if where != "gpu":
+        return f"the JAX device is a {where}, not a GPU"
+    capability = _compute_capability()
+    if capability is not None and capability < _CUDNN_MIN_CAPABILITY:
+        return (f"the GPU has compute capability {'.'.join(map(str, capability))}; cuDNN's flash attention needs "
+                "8.0 (Ampere) or newer")
+    dtype = backend.standardize_dtype(dtype)
+    if dtype not in _HALF:
+        return f"cuDNN's flash attention takes float16 / bfloat16; the inputs are {dtype}"
+    if head_size % 8 != 0 or head_size > _CUDNN_MAX_HEAD:
+        return f"cuDNN's flash attention takes heads of <= {_CUDNN_MAX_HEAD}, a multiple of 8; received {head_size}"
+    return None
+
+
+def _compute_capability():
+    """(major, minor) of the default CUDA device ("8.0" -> (8, 0)), or None where it has no such number (ROCm)."""
+    import jax
+
+    parts = str(getattr(jax.devices()[0], "compute_capability", "")).split(".")
+    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() else None
 
 
 def kernel(dtype, head_size, value_head_size=None, explicit=False):
@@ -80,15 +142,14 @@ def kernel(dtype, head_size, value_head_size=None, explicit=False):
             op is accepted where cuDNN's does not apply (a CPU, float32); "auto" takes only cuDNN.
 
     Returns:
-        "cudnn", "xla" or None (no fused route: TensorFlow, a TPU, Hv != H, or "auto" without cuDNN).
+        "cudnn", "xla" or None (no fused route: TensorFlow, a TPU, Hv != H, or "auto" without cuDNN). "cudnn" is
+        a prediction: cuDNN may still refuse the call while it is traced (:func:`cudnn_refusal`).
     """
     if _BACKEND != "jax" or (value_head_size is not None and value_head_size != head_size):
         return None
-    where = platform()
-    if where == "gpu" and backend.standardize_dtype(dtype) in _HALF and head_size % 8 == 0 \
-            and head_size <= _CUDNN_MAX_HEAD:
+    if why_not_cudnn(dtype, head_size) is None:
         return "cudnn"
-    if explicit and where != "tpu":
+    if explicit and platform() != "tpu":
         return "xla"
     return None
 
@@ -115,7 +176,8 @@ def fused_attention(query, key, value, bias=None, *, query_mask=None, key_mask=N
         (B, T, N, H) in the query's dtype. Rows with no visible key hold finite values the caller zeroes.
 
     Raises:
-        One of :data:`REFUSALS` when the cuDNN kernel refuses the call (raised while tracing).
+        With implementation="cudnn", one of :data:`CUDNN_REFUSALS` when cuDNN refuses the call (raised while
+        tracing; :func:`cudnn_refusal` tells them from errors).
     """
     import jax
 

@@ -10,8 +10,10 @@ attention weights are (B, N, T, S).
 """
 
 import collections
+import dataclasses
 import math
 import string
+import warnings
 
 import keras
 from keras import backend, ops
@@ -96,6 +98,28 @@ def _resolve_implementation(implementation, flash_attention=None, memory_efficie
         raise ValueError(f"`flash_attention`, `memory_efficient` and `implementation` disagree: {received}; "
                          "pass `implementation` alone.")
     return settings[0][1] if settings else "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionRoute:
+    """What computed a :class:`MultiHeadAttention` call (:attr:`MultiHeadAttention.last_attention`).
+
+    Attributes:
+        route: "exact", "chunked" or "fused": the route that computed the call.
+        kernel: on the fused route, the implementation of ``jax.nn.dot_product_attention`` that took the call:
+            "cudnn" (cuDNN's flash attention accepted it: its custom call is in the traced program) or "xla";
+            None on the other routes.
+        fallback: None, or why the kernel the ``implementation`` option asks for did not compute the call and what
+            did instead (the text of the warning it gave).
+    """
+
+    route: str
+    kernel: str | None = None
+    fallback: str | None = None
+
+
+#: The fallback warnings already given: each is given once per process (see MultiHeadAttention._fall_back).
+_WARNED = set()
 
 
 def _deserialize_layer(layer, name):
@@ -194,8 +218,11 @@ class MultiHeadAttention(keras.layers.Layer):
             - "auto" (default): "fused" where cuDNN takes the call (JAX, GPU, half precision, no active dropout),
               else "chunked" from T >= ``MEMORY_EFFICIENT_MIN_LENGTH`` (4096, static lengths), else "exact".
             :meth:`attention_implementation` tells which route a call takes. A route named explicitly that
-            cannot compute a call raises a ValueError saying why. A call with a ``cache`` (decoding) always
-            attends over its cache exactly, whatever the route.
+            cannot compute a call raises a ValueError saying why. Where cuDNN does not take a call (its checks,
+            or its refusal while the call is traced), "fused" runs XLA's implementation and "auto" the exact
+            route, each with a warning (once per message); :attr:`last_attention` records the route and kernel
+            each call took. A call with a ``cache`` (decoding) always attends over its cache exactly, whatever
+            the route.
         memory_efficient: the older alias: True is "chunked", False "exact" (kept so that saved configs load).
 
     Call arguments:
@@ -304,6 +331,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self._use_gate = bool(use_gate)
         self._implementation = _resolve_implementation(implementation, flash_attention, memory_efficient)
         self._flash_attention = flash_attention
+        self._last_attention = None
         self._kernel_initializer = keras.initializers.get(kernel_initializer)
         self._bias_initializer = keras.initializers.get(bias_initializer)
         self._kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -541,6 +569,7 @@ class MultiHeadAttention(keras.layers.Layer):
         start = cache_update_index if cache_update_index is not None else _length(k) - _length(q)
         q = self._rotate(q, start)
         route = self._route(q, k, return_attention_scores, cache, training)
+        self._last_attention = AttentionRoute(route)  # the fused route adds its kernel
         masks = (query_mask, value_mask, key_mask, attention_mask)
         heads = None
         if route == "fused":
@@ -574,6 +603,15 @@ class MultiHeadAttention(keras.layers.Layer):
         """The ``implementation`` option: "auto", "exact", "chunked" or "fused"."""
         return self._implementation
 
+    @property
+    def last_attention(self):
+        """An :class:`AttentionRoute`: the route, the fused route's kernel ("cudnn" or "xla") and any fallback of
+        the layer's latest call (None before the first). Recorded when the call runs in Python: each eager call,
+        and each trace of a compiled function (``jax.jit``, ``tf.function``, ``fit``), which then holds for every
+        run of what was traced; running a compiled function again does not record anything (a functional model's
+        symbolic build computes shapes only). A cuDNN refusal happens while tracing, so it is recorded."""
+        return self._last_attention
+
     def attention_implementation(self, query_length, key_length, *, dtype=None, return_attention_scores=False,
                                  cached=False, training=False):
         """The route a call takes: "exact", "chunked" or "fused" (see ``implementation``), e.g.
@@ -586,7 +624,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Returns:
             The route's name. Raises a ValueError where ``implementation`` names a route that cannot compute such
-            a call (the message says why).
+            a call (the message says why). This is a prediction: "fused" is ``jax.nn.dot_product_attention``
+            with either kernel (:func:`attnlayers.fused.kernel` tells which it will try), and cuDNN may refuse a
+            call while it is traced ("auto" then computes it on the exact route). :attr:`last_attention` records
+            what a call took.
         """
         return self._choose_route(query_length, key_length, dtype or self.compute_dtype, return_attention_scores,
                                   cached, training)
@@ -656,6 +697,10 @@ class MultiHeadAttention(keras.layers.Layer):
     def _fused_attention(self, query, key, value, masks, use_causal_mask, start, attention_bias):
         """softmax(Q K^T / sqrt(d_k) + bias) V (eq. 1) through the backend's kernel (:mod:`attnlayers.fused`).
 
+        Records the kernel in :attr:`last_attention`. Where cuDNN does not take the call (its checks here, or its
+        refusal while traced, :func:`attnlayers.fused.cudnn_refusal`), an explicit "fused" runs XLA's implementation
+        and "auto" the exact route, each with a warning (:meth:`_fall_back`); any other error propagates.
+
         Returns:
             ``(heads, visible)`` as :meth:`_memory_efficient_attention`; ``(None, None)`` when "auto" chose cuDNN
             and cuDNN refused the call while it was traced (the exact path then computes it).
@@ -666,18 +711,39 @@ class MultiHeadAttention(keras.layers.Layer):
                          causal=bool(use_causal_mask), offset=start, window=self._sliding_window)
         explicit = self._implementation == "fused"
         kernel = fused.kernel(query.dtype, self._key_dim, self._value_dim, explicit=explicit)
-        try:
-            heads = fused.fused_attention(query, key, value, bias, scale=self._fused_scale, implementation=kernel,
-                                          **structure)
-        except fused.REFUSALS:
-            if kernel != "cudnn":
-                raise
-            if not explicit:
-                return None, None
+        reason = fused.why_not_cudnn(query.dtype, self._key_dim) if kernel == "xla" else None
+        if kernel == "cudnn":
+            try:
+                heads = fused.fused_attention(query, key, value, bias, scale=self._fused_scale,
+                                              implementation="cudnn", **structure)
+            except (RuntimeError, NotImplementedError) as error:
+                refusal = fused.cudnn_refusal(error)
+                if refusal is None:  # not cuDNN declining the call: an error
+                    raise
+                reason, kernel = f"cuDNN refused the call: {refusal}", "xla" if explicit else None
+        fallback = None if reason is None else self._fall_back(reason, "fused" if kernel else "exact")
+        self._last_attention = AttentionRoute("fused" if kernel else "exact", kernel, fallback)
+        if kernel is None:
+            return None, None
+        if kernel == "xla":
             heads = fused.fused_attention(query, key, value, bias, scale=self._fused_scale, implementation="xla",
                                           **structure)
         visible = chunked.visible_queries(_length(query), _length(key), **structure)
         return heads, None if visible is None else ops.expand_dims(visible, -1)
+
+    def _fall_back(self, reason, route):
+        """Warns, once per process for each message, that cuDNN does not take a call and what computes it instead
+        (XLA's implementation on the fused route, or the exact route); returns the message."""
+        option = "flash_attention=True" if self._flash_attention else f"implementation={self._implementation!r}"
+        instead = ("XLA's implementation of jax.nn.dot_product_attention computes it (the same function; it forms "
+                   "the (B, N, T, S) logits)" if route == "fused" else "the exact route computes it")
+        message = f"MultiHeadAttention({option}): cuDNN's flash attention does not take this call ({reason}); " \
+                  f"{instead}."
+        if message not in _WARNED:
+            _WARNED.add(message)
+            warnings.warn(f"{message} Layer {self.name!r}; `layer.last_attention` records each call's kernel.",
+                          stacklevel=2)
+        return message
 
     def _memory_efficient_attention(self, query, key, value, masks, use_causal_mask, start, training,
                                     attention_bias):
