@@ -31,7 +31,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from attnlayers.validation import is_int, is_number, positive_int, positive_number
+from attnlayers.validation import concrete_value, is_int, is_number, positive_int, positive_number
 
 # A finite "minus infinity" for impossible candidates: -inf would give inf - inf = NaN in the beam sums and the
 # length normalisation. Scores are float32 (log-softmax in float32 whatever the model dtype).
@@ -240,7 +240,8 @@ def _is_tensor(value):
 
 
 def _check_setting(value, name, valid, expected, integer=False):
-    """A scalar tensor setting of :class:`Sampling`; its value is checked when it is concrete (eager)."""
+    """A scalar tensor setting of :class:`Sampling`; its value is checked when it is concrete (eager: not symbolic,
+    see :func:`attnlayers.validation.concrete_value`)."""
     if len(value.shape) != 0:
         raise ValueError(f"`{name}` must be a scalar tensor; received a tensor of shape {tuple(value.shape)}.")
     kind = keras.backend.standardize_dtype(value.dtype)
@@ -248,10 +249,10 @@ def _check_setting(value, name, valid, expected, integer=False):
         raise ValueError(f"`{name}` must be an integer tensor; received dtype {kind}.")
     if not integer and "float" not in kind and "int" not in kind:
         raise ValueError(f"`{name}` must be a number tensor; received dtype {kind}.")
-    try:
-        concrete = np.asarray(ops.convert_to_numpy(value)).item()
-    except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error): checked by the caller
+    concrete = concrete_value(value, name)
+    if concrete is None:  # a symbolic tensor (tf.function, jax.jit): checked by the caller
         return value
+    concrete = concrete.item()
     if not valid(concrete):
         raise ValueError(f"`{name}` must be {expected}; received {name}={concrete!r}.")
     return value

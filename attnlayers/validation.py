@@ -5,9 +5,14 @@ wording of its error (a ValueError that names the argument, what was received an
     rate = rate_in_unit_interval(dropout, "dropout")            # [0, 1)
     mode = one_of(mode, "mode", ("min", "max"))
     check_rank(x.shape, 3, "query", "(batch, length, dim)")
+    values = concrete_value(ids)                                # None inside tf.function / jax.jit
 """
 
+import sys
+
+import keras
 import numpy as np
+from keras import ops
 
 
 def is_int(value):
@@ -130,3 +135,52 @@ def reject_arguments(layer, arguments, names, why, *, flags=False):
         if (bool(value) if flags else value is not None):
             expected = "None or False" if flags else "None"
             raise ValueError(f"{layer} does not support `{name}`: {why}; received {name}={value!r}, expected {expected}.")
+
+
+def is_symbolic(x):
+    """True for a tensor that has no values yet: a ``keras.KerasTensor`` (functional model building), a symbolic
+    TensorFlow tensor (inside ``tf.function`` / a graph; ragged and sparse ones too) or a ``tf.Variable`` read in
+    graph mode, a JAX tracer (inside ``jax.jit``, ``jax.grad``, ``jax.vmap``); a ``keras.Variable`` by its value.
+    False for everything else (eager tensors, NumPy arrays, Python numbers and lists).
+
+    TensorFlow and JAX are looked up in ``sys.modules``, never imported: a tensor of a framework that was never
+    imported cannot exist."""
+    if isinstance(x, keras.KerasTensor):
+        return True
+    if isinstance(x, keras.Variable):
+        x = x.value  # inside a StatelessScope (jax.jit of a keras model) the traced value
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "is_symbolic_tensor"):
+        if isinstance(x, tf.RaggedTensor):
+            x = x.flat_values
+        elif isinstance(x, tf.SparseTensor):
+            x = x.values
+        if isinstance(x, tf.Variable):
+            return not tf.executing_eagerly()
+        if tf.is_symbolic_tensor(x):
+            return True
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.core.Tracer)
+
+
+def concrete_value(x, name="value"):
+    """``x`` as a NumPy array when its values are known here (eager tensors, NumPy arrays, Python numbers and
+    lists), else None: for value checks that can only run eagerly and are skipped, by design, for symbolic
+    tensors (:func:`is_symbolic`: ``tf.function``, ``jax.jit``, KerasTensors). None stays None.
+
+    Only symbolic values are skipped: any other failure to read the values (a deleted JAX buffer, a backend
+    error) propagates, and a ragged nested list is a ValueError naming ``name``."""
+    if x is None or is_symbolic(x):
+        return None
+    if isinstance(x, (list, tuple)):
+        leaves = keras.tree.flatten(x)
+        if any(is_symbolic(leaf) for leaf in leaves):
+            return None
+        try:
+            return np.asarray(x)
+        except ValueError as error:  # NumPy's "inhomogeneous shape": rows of different lengths
+            raise ValueError(
+                f"`{name}` must be a rectangular (nested) list or an array; received a ragged nested list "
+                f"({error})."
+            ) from error
+    return np.asarray(ops.convert_to_numpy(x))

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from attnlayers.validation import check_rank, format_shape, non_negative_number, positive_int
+from attnlayers.validation import check_rank, concrete_value, format_shape, non_negative_number, positive_int
 
 from ..core.optimizers import decoupled_adamw, no_weight_decay
 from ..core.schedules import WarmupLinearDecay
@@ -40,17 +40,6 @@ NO_WEIGHT_DECAY = no_weight_decay(decay_embeddings=True)
 
 def _initializer():
     return keras.initializers.TruncatedNormal(stddev=0.02)  # initializer_range of the reference implementation
-
-
-def concrete_value(x):
-    """``x`` as a NumPy array when its value is known here (eager tensors, arrays), else None (a symbolic tensor
-    inside ``tf.function`` / ``jax.jit`` or a KerasTensor): for checks that can only run eagerly."""
-    if isinstance(x, keras.KerasTensor):
-        return None
-    try:
-        return np.asarray(ops.convert_to_numpy(x))
-    except Exception:  # noqa: BLE001 -- a traced tensor (tf.function, jax.jit): no value while tracing
-        return None
 
 
 # ---- the optimizer --------------------------------------------------------------------------------------------
@@ -288,7 +277,7 @@ class BertPretrainer(BertTask):
         if not keras.backend.is_int_dtype(mask_positions.dtype):
             raise ValueError(f"`mask_positions` must hold integer positions; received dtype {mask_positions.dtype}.")
         length = token_ids.shape[1]
-        value = concrete_value(mask_positions)
+        value = concrete_value(mask_positions, "mask_positions")  # None inside tf.function / jax.jit
         if value is not None and length is not None and value.size and (value.min() < 0 or value.max() >= length):
             raise ValueError(
                 f"`mask_positions` must be positions in [0, {length}) (the length of `token_ids`); received values "

@@ -24,7 +24,7 @@ import keras
 from keras import ops
 
 from attnlayers.decoding import generate as _generate
-from attnlayers.validation import is_int, non_negative_int
+from attnlayers.validation import concrete_value, is_int, non_negative_int
 
 
 def _token_id(value, name):
@@ -187,21 +187,16 @@ def check_token_ids(x, name):
 
 
 def concrete_values(x):
-    """``x`` as a NumPy array when it holds values (eager), else None (a traced tensor: a compiled call, checked
-    elsewhere or not at all)."""
-    if x is None:
-        return None
-    try:
-        return ops.convert_to_numpy(x)
-    except Exception:  # noqa: BLE001  a symbolic tensor (traced; any backend's error)
-        return None
+    """``x`` as a NumPy array when it holds values (eager), else None (None, or a symbolic tensor: a compiled call,
+    checked elsewhere or not at all): :func:`attnlayers.validation.concrete_value`, under its old name here."""
+    return concrete_value(x)
 
 
 def check_id_range(ids, name, size, size_name="vocabulary_size", what="ids"):
     """Every id of ``ids`` in [0, ``size``) when its values are known (eager); else a ValueError naming ``name`` (and
-    ``what`` it holds), the first bad position and value, and how many are out of range. Nothing is checked in a
-    compiled call."""
-    values = concrete_values(ids)
+    ``what`` it holds), the first bad position and value, and how many are out of range (a ragged list: a ValueError
+    naming ``name``). Nothing is checked in a compiled call."""
+    values = concrete_value(ids, name)  # None for a symbolic tensor (tf.function, jax.jit)
     if values is None or values.size == 0:
         return
     bad = (values < 0) | (values >= size)

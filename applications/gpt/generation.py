@@ -10,14 +10,14 @@ a stop string with other tokens in context (e.g. "\\n\\n" after "."): the row th
 cut at it. A stop string that spans the prompt and the generated text is not a stop: only the generated part is
 searched.
 
-TensorFlow (the tokenizer's ops); the model runs on the TensorFlow backend.
+TensorFlow (the tokenizer's ops); the model runs on the TensorFlow or the JAX backend (``jit_compile`` on both).
 """
 
 from __future__ import annotations
 
 import weakref
 
-from attnlayers.decoding import BeamSearch, get_strategy
+from attnlayers.decoding import BeamSearch, check_seed, get_strategy
 from attnlayers.stop_strings import check_stop_strings, cut_at_stop_strings, stop_sequences_for
 from attnlayers.validation import positive_int
 
@@ -59,11 +59,36 @@ _BUCKET = 64  # jit_compile: prompts are padded to a multiple of this width (one
 _COMPILED = weakref.WeakKeyDictionary()  # model -> {(width, max_length, strategy, ...): the compiled loop}
 
 
+def _compile(model_ref, run):
+    """``run(ids, prompt_mask, seed)`` compiled with XLA: a ``tf.function(jit_compile=True)`` under TensorFlow; under
+    JAX a ``jax.jit`` of the stateless call (the model's variables are arguments, mapped in a
+    ``keras.StatelessScope``, as keras-hub's ``CausalLM`` does: weights loaded or trained later are used, not the
+    values seen when tracing). ``model_ref``: a weak reference to the model (the cache must not keep it alive)."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(run, jit_compile=True, autograph=False)
+    if backend == "jax":
+        import jax
+
+        def stateless(values, ids, prompt_mask, seed_):
+            with keras.StatelessScope(state_mapping=list(zip(model_ref().variables, values))):
+                return run(ids, prompt_mask, seed_)
+
+        jitted = jax.jit(stateless)
+        return lambda ids, prompt_mask, seed_: jitted([v.value for v in model_ref().variables], ids, prompt_mask,
+                                                      seed_)
+    raise ValueError(f"`jit_compile=True` needs the TensorFlow or JAX backend; received the {backend!r} backend. "
+                     "Pass jit_compile=False.")
+
+
 def _compiled_generate(model, token_ids, mask, max_length, strategy, seed, max_new_tokens, stop_sequences):
-    """``model.generate`` as one XLA-compiled ``tf.function`` (TensorFlow backend), cached per model and shape:
-    the prompts right-padded to a multiple of ``_BUCKET`` tokens, so a growing chat retraces once per bucket."""
+    """``model.generate`` as one XLA-compiled loop (:func:`_compile`), cached per model and shape: the prompts
+    right-padded to a multiple of ``_BUCKET`` tokens, so a growing chat compiles once per bucket."""
     import numpy as np
-    import tensorflow as tf
 
     limit = model.config.max_sequence_length
     width = token_ids.shape[1]
@@ -77,20 +102,23 @@ def _compiled_generate(model, token_ids, mask, max_length, strategy, seed, max_n
     pad = np.full((len(token_ids), bucket - width), model.pad_token_id, "int32")
     token_ids = np.concatenate([token_ids, pad], axis=1)
     mask = np.concatenate([mask, np.zeros(pad.shape, bool)], axis=1)
+    check_seed(seed)  # a named ValueError before the conversion below
     if seed is None and strategy.stochastic:
         seed = getattr(strategy, "seed", None)
         seed = int(np.random.randint(2**31 - 1)) if seed is None else seed
     key = (bucket, max_length, repr(strategy), max_new_tokens, stop_sequences and tuple(map(tuple, stop_sequences)))
     functions = _COMPILED.setdefault(model, {})
     if key not in functions:
+        model_ref = weakref.ref(model)  # a value of the WeakKeyDictionary holding its key would keep it forever
+
         def run(ids, prompt_mask, seed_):
-            result = model.generate(ids, max_length, strategy, seed_ if strategy.stochastic else None,
-                                    padding_mask=prompt_mask, max_new_tokens=max_new_tokens,
-                                    stop_sequences=stop_sequences)
+            result = model_ref().generate(ids, max_length, strategy, seed_ if strategy.stochastic else None,
+                                          padding_mask=prompt_mask, max_new_tokens=max_new_tokens,
+                                          stop_sequences=stop_sequences)
             return result.tokens, result.lengths
 
-        functions[key] = tf.function(run, jit_compile=True, autograph=False)
-    tokens, lengths = functions[key](token_ids, mask, tf.constant(0 if seed is None else seed, tf.int32))
+        functions[key] = _compile(model_ref, run)
+    tokens, lengths = functions[key](token_ids, mask, np.asarray(0 if seed is None else seed, dtype="int32"))
     return tokens, lengths, mask
 
 
@@ -114,10 +142,11 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         stop_strings: None or a list of non-empty strings: generation of a row stops when its tokens end with one
             (as tokenized alone), and the text is cut before the first occurrence of any (see the module
             docstring).
-        jit_compile: run the decoding loop as one XLA-compiled ``tf.function`` (TensorFlow backend; not beam
-            search; elsewhere the plain loop runs), compiled on the first call for each prompt width bucket
-            (prompts right-padded to a multiple of 64 tokens) and settings, then reused: several times faster per
-            token on CPUs after that first call.
+        jit_compile: run the decoding loop (any strategy, beam search included) as one XLA-compiled function: a
+            ``tf.function(jit_compile=True)`` under TensorFlow, a ``jax.jit`` of the stateless call under JAX (other
+            backends: a ValueError), compiled on the first call for each prompt width bucket (prompts right-padded
+            to a multiple of 64 tokens) and settings, then reused: several times faster per token on CPUs after that
+            first call.
 
     Returns:
         A list of B strings (the generated continuation: prompt, end token and stop string left out; invalid UTF-8
@@ -141,9 +170,7 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
             max_length = min(model.config.max_sequence_length, token_ids.shape[1] + int(max_new_tokens))
         max_new_tokens = None
     stop_sequences = stop_sequences_for(tokenizer, stop_strings) or None
-    import keras
-
-    if jit_compile and not isinstance(strategy, BeamSearch) and keras.backend.backend() == "tensorflow":
+    if jit_compile:
         tokens, lengths, mask = _compiled_generate(model, token_ids, mask, max_length, strategy, seed,
                                                    max_new_tokens, stop_sequences)
     else:

@@ -594,6 +594,16 @@ def test_bad_tensor_settings_are_named(settings, match):
         Sampling(**tensors)
 
 
+def test_tensor_settings_whose_values_cannot_be_read_are_not_taken_unchecked():
+    """Any exception used to mean "symbolic, check skipped": a deleted JAX buffer (e.g. donated to a jitted step)
+    was taken as a setting unchecked. Only symbolic settings (tf.function, jax.jit) skip the value check now."""
+    jnp = pytest.importorskip("jax.numpy")
+    temperature = jnp.asarray(-1.0)
+    temperature.delete()
+    with pytest.raises(RuntimeError, match="deleted"):
+        Sampling(temperature=temperature)
+
+
 def test_tensor_settings_shape_and_dtype_are_checked():
     with pytest.raises(ValueError, match=r"top_k.*integer tensor.*float32"):
         Sampling(top_k=ops.convert_to_tensor(2.0))

@@ -279,3 +279,14 @@ def test_bad_input(model, make, match):
     features, _, _ = _batch()
     with pytest.raises(ValueError, match=match):
         make(model, features)
+
+
+def test_mask_positions_whose_values_cannot_be_read_are_not_taken_unchecked(model):
+    """Any exception used to mean "symbolic, check skipped": a deleted JAX buffer (e.g. donated to a jitted step)
+    passed the position check unchecked. Only symbolic positions (fit, tf.function, jax.jit) skip it now."""
+    jnp = pytest.importorskip("jax.numpy")
+    features, _, _ = _batch()
+    positions = jnp.asarray(features["mask_positions"])
+    positions.delete()
+    with pytest.raises(RuntimeError, match="deleted"):
+        model._check_positions(positions, features["token_ids"])

@@ -56,6 +56,9 @@ def test_caption_entry_points_apply_the_rule_and_serve_empty_batches(model):
         predict.caption_images(model, np.full((2, 16, 16, 3), 1000, "int64"), vocabulary, max_length=4)
     with pytest.raises(ValueError, match=r"`images`.*Multiply them by 255"):
         model.generate(images / 255.0, 4)
+    # A ragged nested list used to skip the pixel check (any exception meant "symbolic"), then fail unnamed.
+    with pytest.raises(ValueError, match=r"`images` must be a rectangular \(nested\) list or an array.*ragged"):
+        model.generate([images[0].tolist(), images[1, :8].tolist()], 4)
     assert predict.caption_images(model, images[:0], vocabulary, max_length=4) == []
     with pytest.raises(ValueError, match=r"`images` is an empty batch"):
         model.generate(images[:0], 4)

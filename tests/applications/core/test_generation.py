@@ -135,3 +135,14 @@ def test_generate_stop_token_ids_argument():
     np.testing.assert_array_equal(np.asarray(other.tokens), [[1, 5, 4, 0, 0, 0, 0, 0]])
     with pytest.raises(ValueError, match="stop_token_ids.*'end'"):
         model.generate(source, 8, stop_token_ids="end")
+
+
+def test_check_id_range_checks_concrete_ids_and_skips_only_symbolic_ones():
+    """A ragged list of ids used to skip the check silently (any exception meant "symbolic"): it is named now."""
+    from attnlayers.applications.core.generation import check_id_range
+
+    with pytest.raises(ValueError, match=r"`token_ids` must hold ids in \[0, vocabulary_size=10\).*\[0, 1\] = 12"):
+        check_id_range(np.array([[3, 12]]), "token_ids", 10)
+    with pytest.raises(ValueError, match=r"`token_ids` must be a rectangular .*ragged"):
+        check_id_range([[3, 4], [12]], "token_ids", 10)
+    assert check_id_range(keras.KerasTensor((2, 3), "int32"), "token_ids", 10) is None  # symbolic: no values

@@ -3,6 +3,9 @@ longer than the context, max_length beyond the position table, unknown strategie
 strings), max_new_tokens, and stop strings (the loop stops at their tokens, the text is cut before them).
 TensorFlow (the tokenizer's ops)."""
 
+import gc
+import weakref
+
 import keras
 import numpy as np
 import pytest
@@ -101,9 +104,7 @@ def test_max_new_tokens(gpt):
     assert np.asarray(result.tokens).shape == (2, 7)  # max_length: the width + max_new_tokens
     np.testing.assert_array_equal(np.asarray(result.lengths), [7, 5])  # each row: its prompt + 4
     texts = generate_text(model, tokenizer, ["the cat", "a"], max_new_tokens=3)
-    beams = generate_text(model, tokenizer, ["the cat", "a"], max_new_tokens=3, strategy=BeamSearch(2, 2))
-    assert len(texts) == 2 and all(isinstance(t, str) for t in texts)
-    assert len(beams) == 2 and all(len(row) == 2 for row in beams)
+    assert len(texts) == 2 and all(isinstance(t, str) for t in texts)  # beams: test_jit_compile_compiles_once
 
 
 def test_stop_strings_stop_the_loop_and_cut_the_text(gpt):
@@ -148,8 +149,36 @@ def test_max_new_tokens_beyond_the_context_runs_to_the_context(gpt):
 
 def test_bad_seeds_and_out_of_vocabulary_ids_are_named(gpt):
     model, tokenizer = gpt
-    with pytest.raises(ValueError, match=r"`seed` must be None, an int.*received seed='abc'"):
-        generate_text(model, tokenizer, ["the cat"], max_new_tokens=2, strategy="sample", seed="abc")
+    for jit_compile in (False, True):
+        with pytest.raises(ValueError, match=r"`seed` must be None, an int.*received seed='abc'"):
+            generate_text(model, tokenizer, ["the cat"], max_new_tokens=2, strategy="sample", seed="abc",
+                          jit_compile=jit_compile)
     too_big = model.config.vocabulary_size
     with pytest.raises(ValueError, match=rf"`token_ids` must hold token ids in \[0, vocabulary_size={too_big}\)"):
         model.generate(np.array([[3, too_big]], "int32"), max_new_tokens=2)
+
+
+def test_jit_compile_compiles_once_and_reads_the_current_weights(gpt):
+    """generate_text(jit_compile=True) runs one XLA-compiled loop on TensorFlow and JAX, beam search included (it ran
+    the plain loop, silently, under JAX and for beam search): traced once per prompt width and settings, the plain
+    loop's text, the current weights (under JAX they are arguments of the jitted call, not constants baked in at
+    tracing), and the cache of compiled loops does not keep the model alive."""
+    trained, tokenizer = gpt
+    model = GPT(trained.config)  # its own random weights
+    traces = []
+    generate = model.generate
+    model.generate = lambda *args, **kwargs: traces.append(1) or generate(*args, **kwargs)
+    prompts, kwargs = ["the cat", "a"], dict(max_new_tokens=3, strategy=BeamSearch(2, 2))
+    compiled = [generate_text(model, tokenizer, prompts, jit_compile=True, **kwargs) for _ in range(2)]
+    assert len(traces) == 1  # traced once, then reused (the plain loop calls model.generate every time)
+    assert compiled == [generate_text(model, tokenizer, prompts, **kwargs)] * 2
+    assert len(compiled[0]) == 2 and all(len(row) == 2 for row in compiled[0])  # B rows of num_return beams
+    model.set_weights(trained.get_weights())
+    expected = generate_text(trained, tokenizer, prompts, **kwargs)
+    assert expected != compiled[0]
+    traces.clear()
+    assert generate_text(model, tokenizer, prompts, jit_compile=True, **kwargs) == expected and not traces
+    model_ref = weakref.ref(model)
+    del model, generate
+    gc.collect()
+    assert model_ref() is None
