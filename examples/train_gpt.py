@@ -18,12 +18,17 @@ vocabulary; on 2 CPU cores a training step of 16 x 128 tokens takes ~0.1-0.15 s,
 held-out evaluation and backups made ~1,400 steps, 3 passes over the KJV: benchmarks/README.md), GPT-2's initialization (the residual projections scaled by 1 / sqrt(2 n_layer)), trained with AdamW
 (betas 0.9 / 0.95, weight decay on weight matrices only, gradients clipped to global norm 1) whose learning rate
 warms up over the first --warmup share of the run and decays with a cosine to zero at its end (the --minutes
-budget, else the last epoch).
+budget, else the last epoch). Each epoch ends with the held-out perplexity, and the weights of the epoch where it was
+lowest are the ones kept when training ends (core.BestWeights): what is reported, drawn and saved below. With
+--minutes, the progress lines say the step and the training time against the budget ("step 1,234, 1:05 of 2:00
+budget").
 
-At the end the script prints the held-out perplexity (token-weighted, exact) beside the unigram baseline (training
-token frequencies on the same held-out tokens), a few sampled continuations of held-out prompts, draws the
-perplexity per epoch (OUT/curves.png), and saves the model in OUT/checkpoint (config.json, model.safetensors,
-vocab.json, merges.txt: transformers.GPT2LMHeadModel.from_pretrained and examples/generate.py load it). --export DIR
+At the end the script prints the kept model's held-out perplexity (token-weighted, exact) beside the unigram
+baseline (training token frequencies on the same held-out tokens), a few sampled continuations of held-out prompts,
+draws the perplexity per epoch (OUT/curves.png, the kept epoch marked), and saves the model in OUT/checkpoint
+(config.json, model.safetensors, vocab.json, merges.txt: transformers.GPT2LMHeadModel.from_pretrained and
+examples/generate.py load it). OUT is artifacts/gpt/CORPUS unless --out says otherwise: artifacts/gpt/kjv,
+artifacts/gpt/tweets, or for text:PATH the file's stem (text:my_corpus.txt -> artifacts/gpt/my_corpus). --export DIR
 also writes a SavedModel (TensorFlow backend only: under JAX, export OUT/checkpoint afterwards with
 examples/generate.py --export). Training logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same
 command again after an interruption and training resumes (core.BackupAndRestore).
@@ -48,7 +53,7 @@ def parse_args(argv=None):
     from attnlayers.applications import core
     from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
     from attnlayers.applications.gpt import GPT_PRESETS
-    from attnlayers.applications.gpt.recipes import DEFAULT_OUT, TrainingSettings
+    from attnlayers.applications.gpt.recipes import TrainingSettings, default_out
 
     default = TrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -77,14 +82,17 @@ def parse_args(argv=None):
     core.add_runtime_arguments(parser)
     parser.add_argument("--seed", type=int, default=default.seed,
                         help="split, shuffling, initialization and sampling seed")
-    parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"the run's folder; the checkpoint goes to OUT/checkpoint (default {DEFAULT_OUT})")
+    parser.add_argument("--out", default=None,
+                        help="the run's folder; the checkpoint goes to OUT/checkpoint (default artifacts/gpt/CORPUS: "
+                             f"{default_out('kjv')} for kjv, artifacts/gpt/notes for text:~/notes.txt)")
     parser.add_argument("--export", default=None, metavar="DIR", help="also export a SavedModel to DIR")
     parser.add_argument("--viewer", action="store_true",
                         help="also write OUT/viewer.html, the interactive attention viewer (every layer and head) of "
                              "a held-out prompt and its greedy continuation (one self-contained page)")
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
-                        help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch")
+                        help="keras fit verbosity: 1 = progress bar (default), 2 = one line per epoch; with "
+                             "--minutes, lines of the step and the time against the budget instead (1: every "
+                             "30 s, 2: one per epoch)")
     args = parser.parse_args(argv)
     for flag in ("vocab_size", "sequence_length"):
         if getattr(args, flag) < 1:
@@ -97,6 +105,8 @@ def parse_args(argv=None):
     check_optimizer_arguments(parser, args)
     if not 0 <= args.dropout < 1:
         parser.error("--dropout must be in [0, 1)")
+    if args.out is None:
+        args.out = default_out(args.corpus)
     return args
 
 

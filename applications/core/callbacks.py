@@ -85,6 +85,10 @@ class StepCounter(keras.callbacks.Callback):
         if self._start is not None:
             self.elapsed = time.perf_counter() - self._start
 
+    def seconds_now(self):
+        """Seconds from ``on_train_begin`` to now (``elapsed`` is as of the last batch's end); 0 before training."""
+        return 0.0 if self._start is None else time.perf_counter() - self._start
+
     @property
     def steps_per_epoch(self):
         """The steps of a full epoch: ``fit``'s own count when the data has a known size, else the longest
@@ -312,26 +316,78 @@ class BestWeights(keras.callbacks.Callback):
         return f"the mean of epochs {epochs} (the {len(self._kept)} best by {self.monitor}; best {self.best:.4f})"
 
 
+def _clock(seconds):
+    """``seconds`` as M:SS, or H:MM:SS from an hour on (e.g. 65 -> "1:05")."""
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
 class ProgressLog(keras.callbacks.Callback):
     """Prints one line per epoch: steps, seconds and the logged metrics (for logs written to files, where
-    ``fit``'s progress bar is unreadable; use it with ``fit(..., verbose=0)``)."""
+    ``fit``'s progress bar is unreadable; use it with ``fit(..., verbose=0)``).
 
-    def __init__(self, print_fn=print):
+    The epoch reads "epoch 3/10" when ``fit``'s epochs bound the run, and "epoch 3" when only a time budget does
+    (``fit``'s epochs are :data:`~.cli.UNBOUNDED_EPOCHS`: a count nobody reaches). With a ``budget`` each line also
+    says the optimizer's step and the training time against the budget, e.g. "step 1,234, 1:05 of 2:00 budget" (the
+    seconds of a run resumed from its backup included, as the budget counts them).
+
+    Args:
+        print_fn: where the lines go (default ``print``, flushed).
+        budget: the run's :class:`TimeBudget` (which must be among ``fit``'s callbacks too), or None.
+        every: also print a line every this many seconds of training, mid-epoch (the running training metrics), or
+            None (at the ends of epochs only).
+    """
+
+    def __init__(self, print_fn=None, budget=None, every=None):
         super().__init__()
-        self.print_fn = print_fn
-        self._start, self._steps = None, 0
+        if budget is not None and not isinstance(budget, TimeBudget):
+            raise ValueError(f"`budget` must be None or a TimeBudget; received budget={budget!r}.")
+        self.print_fn = print_fn or (lambda line: print(line, flush=True))
+        self.budget, self.every = budget, None if every is None else positive_number(every, "every")
+        self._start, self._steps, self._epoch, self._next = None, 0, 0, None
+
+    def _epoch_name(self, epoch):
+        from .cli import UNBOUNDED_EPOCHS
+
+        total = (self.params or {}).get("epochs")
+        return f"epoch {epoch + 1}" + (f"/{total}" if total and total < UNBOUNDED_EPOCHS else "")
+
+    def _where(self):
+        """", step 1,234, 1:05 of 2:00 budget" with a budget, else ""."""
+        if self.budget is None:
+            return ""
+        if keras.backend.backend() == "jax" and hasattr(self.model, "jax_state_sync"):
+            self.model.jax_state_sync()  # mid-epoch, JAX's training state is not in the variables yet
+        optimizer = getattr(self.model, "optimizer", None)
+        step = int(keras.ops.convert_to_numpy(optimizer.iterations)) if optimizer is not None else self.budget.steps
+        spent = self.budget.seconds_before + self.budget.seconds_now()
+        return f", step {step:,}, {_clock(spent)} of {_clock(self.budget.seconds)} budget"
+
+    @staticmethod
+    def _steps_name(steps):
+        return f"{steps} step{'' if steps == 1 else 's'}"
+
+    @staticmethod
+    def _metrics(logs):
+        return "  ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items() if np.ndim(v) == 0)
+
+    def on_train_begin(self, logs=None):
+        self._next = None if self.every is None else time.perf_counter() + self.every
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start, self._steps = time.perf_counter(), 0
+        self._start, self._steps, self._epoch = time.perf_counter(), 0, epoch
 
     def on_train_batch_end(self, batch, logs=None):
         self._steps += 1
+        if self._next is not None and time.perf_counter() >= self._next:
+            self._next = time.perf_counter() + self.every
+            self.print_fn(f"{self._epoch_name(self._epoch)}: {self._steps_name(self._steps)} so far{self._where()}  "
+                          f"{self._metrics(logs)}")
 
     def on_epoch_end(self, epoch, logs=None):
-        metrics = "  ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items() if np.ndim(v) == 0)
-        total = (self.params or {}).get("epochs")
-        self.print_fn(f"epoch {epoch + 1}{f'/{total}' if total else ''}: {self._steps} steps, "
-                      f"{time.perf_counter() - self._start:.1f} s  {metrics}")
+        self.print_fn(f"{self._epoch_name(epoch)}: {self._steps_name(self._steps)}, "
+                      f"{time.perf_counter() - self._start:.1f} s{self._where()}  {self._metrics(logs)}")
 
 
 def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=True, backup=True, progress=False):
@@ -346,14 +402,17 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
         best: None (keep the last epoch's weights), a :class:`BestWeights`, or a dict of its arguments
             (e.g. ``{"monitor": "val_accuracy", "average": 3}``).
         tensorboard, backup: add ``keras.callbacks.TensorBoard`` / ``BackupAndRestore`` (need ``out_dir``).
-        progress: add a :class:`ProgressLog` (one line per epoch).
+        progress: add a :class:`ProgressLog` (one line per epoch; with ``minutes``, each against the budget), or a
+            number of seconds: also a line that often mid-epoch.
 
     Returns:
         A list of callbacks for ``fit`` (find the budget and the best weights in it with ``isinstance``).
     """
     callbacks = []
-    if progress:
-        callbacks.append(ProgressLog())
+    budget = None if minutes is None else TimeBudget(positive_number(minutes, "minutes") * 60.0)
+    if progress is not False and progress is not None:
+        every = None if progress is True else positive_number(progress, "progress")
+        callbacks.append(ProgressLog(budget=budget, every=every))
     if out_dir is not None and tensorboard:
         if importlib.util.find_spec("tensorflow") is None:  # Keras writes its summaries with TensorFlow
             print("TensorBoard logs need TensorFlow (pip install tensorflow): training without them", flush=True)
@@ -363,9 +422,9 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
     if out_dir is not None and backup:
         restore = BackupAndRestore(os.path.join(out_dir, "backup"))
         callbacks.append(restore)
-    if minutes is not None:
-        callbacks.append(TimeBudget(positive_number(minutes, "minutes") * 60.0))
-        callbacks[-1].follow_backup(restore)
+    if budget is not None:
+        callbacks.append(budget)
+        budget.follow_backup(restore)
     if isinstance(best, dict):
         best = BestWeights(**best)
     if best is not None:

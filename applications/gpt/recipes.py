@@ -22,9 +22,12 @@ a unigram baseline, and saved as a Hugging Face GPT-2 checkpoint.
   linearly then decaying with a cosine to zero at the end of the run: the time budget (``minutes``), else the last
   step of the last epoch (:class:`~attnlayers.applications.core.optimizers.BudgetedCosineLearningRate`);
 - callbacks: ``core.standard_callbacks`` (TensorBoard in OUT/logs, BackupAndRestore in OUT/backup: run the same
-  command again after an interruption and training resumes; the time budget);
-- at the end: the held-out perplexity beside the unigram baseline (training label frequencies, add-one smoothed,
-  on the same held-out labels), a few sampled continuations of held-out prompts, OUT/curves.png (training and
+  command again after an interruption and training resumes; the time budget; the weights of the epoch of lowest
+  held-out perplexity, ``core.BestWeights``, restored when training ends: a run that overfits a small text, or
+  diverges, reports and exports its best epoch, not its last; with a time budget, ``core.ProgressLog``'s lines
+  say the step and the time against the budget instead of ``fit``'s progress bar);
+- at the end, on the kept weights: the held-out perplexity beside the unigram baseline (training label frequencies,
+  add-one smoothed, on the same held-out labels), a few sampled continuations of held-out prompts, OUT/curves.png (training and
   held-out perplexity per epoch), and the model in Hugging Face's layout in OUT/checkpoint (config.json,
   model.safetensors, vocab.json, merges.txt: ``transformers.GPT2LMHeadModel.from_pretrained`` and
   :func:`~attnlayers.applications.gpt.checkpoint.load_hf_checkpoint` load it); with ``export_dir`` also a
@@ -44,6 +47,28 @@ from ..core.cli import budget_epochs
 
 CHECKPOINT_DIR, TOKENIZER_DIR = "checkpoint", "tokenizer"
 DEFAULT_OUT = os.path.join("artifacts", "gpt", "kjv")
+#: The held-out metric whose best epoch's weights are kept (exact and token-weighted, unlike "val_loss", keras' mean
+#: of the batches' losses).
+BEST_MONITOR = "val_perplexity"
+#: With a time budget and ``verbose=1``: a progress line every this many seconds of training, mid-epoch too.
+PROGRESS_SECONDS = 30.0
+
+
+def default_out(corpus):
+    """The run's folder for ``--corpus``: artifacts/gpt/SLUG, the slug "kjv" for kjv (:data:`DEFAULT_OUT`), "tweets"
+    for tweets, the file's stem for text:PATH (text:~/notes/My Book.txt -> "my-book": lower case, runs of other
+    characters than letters, digits, "." and "_" as one "-"), the parts' slugs joined by "+" for several
+    (kjv+text:psalms.txt -> "kjv+psalms")."""
+    import re
+
+    def slug(part):
+        scheme, _, path = part.partition(":")
+        if scheme != "text" or not path:
+            return part
+        stem = os.path.splitext(os.path.basename(os.path.normpath(os.path.expanduser(path))))[0]
+        return re.sub(r"[^a-z0-9._]+", "-", stem.lower()).strip("-.") or "text"
+
+    return os.path.join("artifacts", "gpt", "+".join(slug(part) for part in corpus.split("+")))
 
 
 @dataclasses.dataclass
@@ -130,9 +155,9 @@ def training_tokenizer(train_texts, vocabulary_size, directory, vocabulary=None)
     return GPT2Tokenizer(*paths), paths[0], paths[1]
 
 
-def plot_perplexity_curves(history, baseline, path):
-    """Training and held-out perplexity per epoch, with the unigram baseline, as a PNG (log scale); returns the
-    path (None when matplotlib is missing)."""
+def plot_perplexity_curves(history, baseline, path, kept_epoch=None):
+    """Training and held-out perplexity per epoch, with the unigram baseline and, when given, the (1-based) epoch
+    whose weights were kept, as a PNG (log scale); returns the path (None when matplotlib is missing)."""
     try:
         import matplotlib
 
@@ -147,6 +172,8 @@ def plot_perplexity_curves(history, baseline, path):
             axis.plot(range(1, len(values) + 1), values, style, markersize=3, label=name)
     if baseline is not None:
         axis.axhline(baseline, color="gray", linestyle="--", label="unigram (held out)")
+    if kept_epoch is not None:
+        axis.axvline(kept_epoch, color="green", linestyle=":", label=f"kept: epoch {kept_epoch}")
     axis.set_yscale("log")
     axis.set_xlabel("epoch")
     axis.set_ylabel("perplexity (tokens)")
@@ -229,7 +256,9 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
             (``core.corpora.bible_documents()``).
         vocabulary: a directory holding a vocab.json and merges.txt to use instead of training a BPE.
         strategy: the ``tf.distribute`` strategy (None: the default one).
-        verbose: ``fit``'s verbosity.
+        verbose: ``fit``'s verbosity; with a time budget (``settings.minutes``), 1 and 2 print
+            ``core.ProgressLog``'s lines instead (an epoch's steps, the step and the time against the budget, and
+            the metrics: at each epoch's end, and with 1 also every :data:`PROGRESS_SECONDS` seconds mid-epoch).
         results_file, record: see :func:`~attnlayers.applications.core.run_recipe`.
         tensorboard, backup: add those callbacks.
         corpus: the corpus' name for the record.
@@ -240,12 +269,14 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
             prompt (a document's first 12 tokens) and 24 greedy tokens after it.
 
     Returns:
-        ``run_recipe``'s result with "held_out" (perplexity, loss, tokens), "baselines" (unigram perplexity on the
-        held-out and training labels), "samples" and "export" (the checkpoint folder, and the SavedModel's).
+        ``run_recipe``'s result (its "weights": the kept epoch, by :data:`BEST_MONITOR`) with "held_out"
+        (perplexity, loss, tokens, and "epoch": the kept weights' 1-based epoch, None if none was validated),
+        "baselines" (unigram perplexity on the held-out and training labels), "samples" and "export" (the
+        checkpoint folder, and the SavedModel's).
     """
     import tensorflow as tf
 
-    from ..core import describe_runtime, run_recipe, standard_callbacks, static_shapes
+    from ..core import BestWeights, describe_runtime, run_recipe, standard_callbacks, static_shapes
     from ..core.recipe import describe_vocabulary
     from ..core.corpora import split_documents
     from . import data
@@ -290,13 +321,20 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
                  "unigram_training_perplexity": data.unigram_perplexity(counts, np.repeat(np.arange(len(counts)),
                                                                                           counts))}
 
+    best = BestWeights(BEST_MONITOR)  # restores the best epoch's weights when training ends
+
+    def kept_epoch():
+        return None if best.best_epoch is None else best.best_epoch + 1
+
     def evaluate(model):
         scores = model.evaluate(held, return_dict=True, verbose=0)
         held_out = {"perplexity": float(scores["perplexity"]), "loss": float(scores["loss"]),
-                    "tokens": len(held_labels)}
-        print(f"held out ({held_out['tokens']:,} tokens of {len(held_texts)} documents): perplexity "
-              f"{held_out['perplexity']:.2f} (unigram baseline {baselines['unigram_perplexity']:.2f}; the unigram "
-              f"model on its own training tokens: {baselines['unigram_training_perplexity']:.2f})", flush=True)
+                    "tokens": len(held_labels), "epoch": kept_epoch()}
+        kept = "" if held_out["epoch"] is None else f", the weights of epoch {held_out['epoch']}, its best"
+        print(f"held out ({held_out['tokens']:,} tokens of {len(held_texts)} documents{kept}): loss "
+              f"{held_out['loss']:.4f}, perplexity {held_out['perplexity']:.2f} (unigram baseline "
+              f"{baselines['unigram_perplexity']:.2f}; the unigram model on its own training tokens: "
+              f"{baselines['unigram_training_perplexity']:.2f})", flush=True)
         continuations = sample_continuations(model, tokenizer, held_ids, count=samples, seed=settings.seed)
         for sample in continuations:
             print(f"--- held-out prompt: {sample['prompt']!r}\n    sampled (top-p 0.9): {sample['continuation']!r}")
@@ -304,7 +342,7 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
 
     def pictures(model, out):
         path = plot_perplexity_curves(model.history.history, baselines["unigram_perplexity"],
-                                      os.path.join(out, "curves.png"))
+                                      os.path.join(out, "curves.png"), kept_epoch())
         paths = [path] if path else []
         prompt = next((ids[:12] for ids in held_ids if len(ids)), None)
         if viewer and prompt is not None:
@@ -331,13 +369,18 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
               "train_documents": len(train_texts), "held_out_documents": len(held_texts),
               "vocabulary": tokenizer.vocabulary_size, "train_windows": len(train_windows[0]),
               "held_out_windows": len(held_windows[0]), "runtime": describe_runtime(strategy), **(record or {})}
+    # With a budget, fit's epoch count is a bound nobody reaches ("Epoch 1/100000"): the progress lines say the
+    # step and the time against the budget instead.
+    progress = settings.minutes is not None and verbose in (1, 2)
     fit_callbacks = standard_callbacks(out_dir if (tensorboard or backup) else None, minutes=settings.minutes,
-                                       tensorboard=tensorboard, backup=backup) + [schedule, *callbacks]
+                                       tensorboard=tensorboard, backup=backup, best=best,
+                                       progress=progress and (PROGRESS_SECONDS if verbose == 1 else True))
     return run_recipe(model, train, validation=held, epochs=budget_epochs(settings.epochs, settings.minutes, 10),
-                      callbacks=fit_callbacks, evaluate=evaluate, pictures=pictures, export=export, out_dir=out_dir,
-                      record=record, verbose=verbose, strategy=strategy, results_file=results_file)
+                      callbacks=fit_callbacks + [schedule, *callbacks], evaluate=evaluate, pictures=pictures,
+                      export=export, out_dir=out_dir, record=record, verbose=0 if progress else verbose,
+                      strategy=strategy, results_file=results_file)
 
 
-__all__ = ["CHECKPOINT_DIR", "DEFAULT_OUT", "TOKENIZER_DIR", "TrainingSettings", "causal_lm_loss",
-           "compile_for_training", "export_saved_model", "plot_perplexity_curves", "run_training",
+__all__ = ["BEST_MONITOR", "CHECKPOINT_DIR", "DEFAULT_OUT", "TOKENIZER_DIR", "TrainingSettings", "causal_lm_loss",
+           "compile_for_training", "default_out", "export_saved_model", "plot_perplexity_curves", "run_training",
            "sample_continuations", "save_checkpoint", "training_tokenizer"]

@@ -4,6 +4,7 @@ leaves the previous backup; a mid-epoch resume trains no batch twice)."""
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -156,12 +157,33 @@ def test_progress_log_prints_one_line_per_epoch():
     assert len(lines) == 2 and lines[0].startswith("epoch 1/2: 4 steps") and "loss" in lines[0]
 
 
+def test_progress_log_under_a_budget_says_steps_and_time_against_it_not_unbounded_epochs():
+    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+
+    class StopAfterTwo(keras.callbacks.Callback):  # fit's epochs as --minutes alone gives them, 2 of them run here
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.stop_training = epoch == 1
+
+    lines, budget = [], TimeBudget(90)
+    _fit([ProgressLog(print_fn=lines.append, budget=budget, every=1e-9), budget, StopAfterTwo()],
+         epochs=UNBOUNDED_EPOCHS)
+    assert len(lines) == 2 * (4 + 1)  # a line after every step (every=1e-9 s), and at each epoch's end
+    assert re.match(r"epoch 1: 2 steps so far, step 2, 0:\d\d of 1:30 budget  loss \d", lines[1]), lines[1]
+    assert re.match(r"epoch 1: 4 steps, [\d.]+ s, step 4, 0:\d\d of 1:30 budget  loss \d", lines[4]), lines[4]
+    assert re.match(r"epoch 2: 4 steps, [\d.]+ s, step 8, 0:\d\d of 1:30 budget  loss \d", lines[9]), lines[9]
+    assert not any(f"/{UNBOUNDED_EPOCHS}" in line for line in lines)
+    with pytest.raises(ValueError, match="budget"):
+        ProgressLog(budget=90)
+
+
 def test_standard_callbacks(tmp_path):
     callbacks = standard_callbacks(tmp_path, minutes=1.5, best={"monitor": "val_accuracy", "average": 2},
                                    progress=True)
     kinds = [type(c).__name__ for c in callbacks]
     assert kinds == ["ProgressLog", "TensorBoard", "BackupAndRestore", "TimeBudget", "BestWeights"]
     assert callbacks[3].seconds == 90.0 and callbacks[4].average == 2
+    assert callbacks[0].budget is callbacks[3] and callbacks[0].every is None  # its lines say the budget's time
+    assert standard_callbacks(None, progress=30)[0].every == 30.0  # and a number: a line that often mid-epoch too
     assert standard_callbacks(None) == []  # no folder, no budget, no selection: nothing to add
     best = BestWeights()
     assert standard_callbacks(tmp_path, best=best, tensorboard=False, backup=False) == [best]

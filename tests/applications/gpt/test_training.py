@@ -1,12 +1,15 @@
 """The GPT training recipe end to end on a small text written here (examples/train_gpt.py --corpus text:PATH): the
 windows and their masks, the loss and the perplexity ignoring padding (masked by the padding mask, not by id), the
-reported held-out perplexity equal to a NumPy computation over the held-out tokens, the saved Hugging Face
-checkpoint giving the trained model's logits, and a run resumed from its backup after an interruption."""
+reported held-out perplexity equal to a NumPy computation over the held-out tokens, the best held-out epoch's weights
+kept and saved when a later epoch is worse, the progress lines under a time budget, the saved Hugging Face
+checkpoint giving the trained model's logits, the run's default folder, and a run resumed from its backup after an
+interruption."""
 
 import contextlib
 import importlib.util
 import io
 import json
+import os
 import pathlib
 
 import keras
@@ -21,7 +24,7 @@ from attnlayers.applications.gpt import data, recipes  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 FLAGS = ["--config", "tiny", "--vocab-size", "300", "--sequence-length", "16", "--batch-size", "8", "--epochs", "2",
-         "--learning-rate", "3e-3", "--held-out", "0.2", "--no-jit", "--verbose", "0"]
+         "--minutes", "10", "--learning-rate", "3e-3", "--held-out", "0.2", "--no-jit", "--verbose", "2"]
 
 
 def _settings(**overrides):
@@ -36,17 +39,40 @@ class Keep(keras.callbacks.Callback):
         Keep.model_ = self.model
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """examples/train_gpt.py on the text for 2 epochs: (out folder, printed text, the trained model)."""
-    spec = importlib.util.spec_from_file_location("train_gpt_script", ROOT / "examples" / "train_gpt.py")
+class Diverge(keras.callbacks.Callback):
+    """After the last step of the second epoch (before its validation) adds noise of standard deviation 1 to every
+    trained weight: that epoch's held-out loss is far worse than the first's, as when a run diverges."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 1 and batch + 1 == self.params["steps"]:
+            if keras.backend.backend() == "jax":
+                self.model.jax_state_sync()  # the loop's state into the variables, read back after the epoch
+            rng = np.random.default_rng(0)
+            for variable in self.model.trainable_variables:
+                value = keras.ops.convert_to_numpy(variable)
+                variable.assign(value + rng.normal(size=value.shape).astype(value.dtype))
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / "train_gpt.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """examples/train_gpt.py on the text for 2 epochs (within a 10-minute budget), the second one spoiled by
+    :class:`Diverge`: (out folder, printed text, the kept model, the corpus)."""
+    script = _script("train_gpt_script")
     folder = tmp_path_factory.mktemp("gpt")
     corpus, out = write_documents(folder / "corpus.txt"), folder / "run"
     run_training = recipes.run_training
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(recipes, "run_training", lambda *a, **k: run_training(*a, callbacks=[Keep()], **k))
+        patch.setattr(recipes, "run_training", lambda *a, **k: run_training(*a, callbacks=[Diverge(), Keep()], **k))
         keras.config.set_dtype_policy("float32")
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
@@ -139,6 +165,42 @@ def test_run_reports_exact_held_out_perplexity_beside_the_baseline(trained):
     assert np.allclose(np.triu(viewer["weights"], k=1), 0.0)  # causal
 
 
+def test_the_best_held_out_epoch_is_kept_reported_and_saved(trained):
+    """The second epoch diverged: the first epoch's weights are the ones restored, evaluated (the final held-out
+    perplexity is the first epoch's exactly), and saved (the checkpoint gives the kept model's logits:
+    test_checkpoint_loads_back_with_the_same_logits)."""
+    out, printed, _, _ = trained
+    result = json.loads((out / "results.json").read_text())
+    history, held = result["training"]["history"]["val_perplexity"], result["held_out"]
+    assert history[1] > 1e3 * history[0]  # Diverge spoiled the last epoch
+    assert result["weights"] is not None and result["weights"]["best_epoch"] == held["epoch"] == 1
+    assert result["weights"]["monitor"] == "val_perplexity" and result["weights"]["best"] == history[0]
+    assert held["perplexity"] == pytest.approx(history[0], rel=1e-5)
+    assert held["loss"] == pytest.approx(result["training"]["history"]["val_loss"][0], rel=1e-5)
+    assert "weights: epoch 1 (best val_perplexity" in printed and "the weights of epoch 1, its best" in printed
+
+
+def test_progress_under_a_time_budget_says_steps_and_time_against_it(trained):
+    """With --minutes, the lines say the step and the time against the budget; fit's own "Epoch 1/N" lines (with
+    --minutes alone, "Epoch 1/100000": core.cli.UNBOUNDED_EPOCHS) are not printed."""
+    printed = trained[1]
+    assert "/100000" not in printed and "Epoch 1/" not in printed
+    lines = [line for line in printed.splitlines() if line.startswith("epoch ")]
+    assert len(lines) == 2 and all(" of 10:00 budget  loss " in line for line in lines), lines
+    assert lines[0].startswith("epoch 1/2: ") and "val_perplexity" in lines[0]
+
+
+@pytest.mark.parametrize("argv, out", [
+    ([], os.path.join("artifacts", "gpt", "kjv")),  # the KJV's folder, as before
+    (["--corpus", "tweets"], os.path.join("artifacts", "gpt", "tweets")),
+    (["--corpus", "text:/data/My Notes.v2.txt"], os.path.join("artifacts", "gpt", "my-notes.v2")),
+    (["--corpus", "kjv+text:psalms.txt"], os.path.join("artifacts", "gpt", "kjv+psalms")),
+    (["--corpus", "text:psalms.txt", "--out", "elsewhere"], "elsewhere"),
+])
+def test_the_default_folder_follows_the_corpus(argv, out):
+    assert _script("train_gpt_out").parse_args(argv).out == out
+
+
 def test_checkpoint_loads_back_with_the_same_logits(trained):
     from attnlayers.applications.gpt import GPT2Tokenizer, load_hf_checkpoint
 
@@ -192,10 +254,7 @@ def test_an_interrupted_run_resumes_from_its_backup(tmp_path):
     (["--config", "huge"], "invalid choice"),
 ])
 def test_flags_are_checked(argv, message, capsys):
-    spec = importlib.util.spec_from_file_location("train_gpt_flags", ROOT / "examples" / "train_gpt.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     with pytest.raises(SystemExit) as exit_:
-        script.parse_args(argv)
+        _script("train_gpt_flags").parse_args(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
