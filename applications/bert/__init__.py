@@ -55,4 +55,5 @@ __all__ = [
     "save_hf_checkpoint", "span_context_mask", "squad", "train_vocabulary", "word_predictions",
 ]
 
+# Each module of the package is an attribute too (bert.viewer, ...), imported on first use (core/lazy.py).
 __getattr__ = lazy_attributes(__name__, _LAZY)

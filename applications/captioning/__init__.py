@@ -16,9 +16,13 @@ TransformerCaptioner),
 a frozen backbone) and `export` (the `caption` SavedModel; imports TensorFlow, so it is not imported here).
 """
 
+from ..core.lazy import lazy_attributes
 from . import data
 from .encoder import BACKBONES, ImageEncoder
 from .model import ShowAndTell, ShowAttendTell, ShowAttendTellDecoder, TransformerCaptioner, next_tokens
 
 __all__ = ["BACKBONES", "ImageEncoder", "ShowAndTell", "ShowAttendTell", "ShowAttendTellDecoder",
            "TransformerCaptioner", "data", "next_tokens"]
+
+# Each module of the package is an attribute too (captioning.viewer, ...), imported on first use (core/lazy.py).
+__getattr__ = lazy_attributes(__name__)

@@ -28,6 +28,7 @@ from .backup import BackupAndRestore
 from .bleu import corpus_bleu
 from .callbacks import BestWeights, BudgetedLearningRate, ProgressLog, StepCounter, TimeBudget, standard_callbacks
 from .generation import GenerativeModel, Seq2SeqGenerator, check_token_ids
+from .lazy import lazy_attributes
 from .losses import MaskedCrossEntropy
 from .metrics import MaskedAccuracy
 from .recipe import describe_training, run_recipe, saved_model_export, training_summary
@@ -69,3 +70,6 @@ __all__ = [
     "static_shapes",
     "worker_directory",
 ]
+
+# Each module of the package is an attribute too (core.export, ...), imported on first use (core/lazy.py).
+__getattr__ = lazy_attributes(__name__)

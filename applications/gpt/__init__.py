@@ -38,4 +38,5 @@ __all__ = [
     *_LAZY,
 ]
 
+# Each module of the package is an attribute too (gpt.viewer, ...), imported on first use (core/lazy.py).
 __getattr__ = lazy_attributes(__name__, _LAZY)

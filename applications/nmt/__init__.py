@@ -21,6 +21,7 @@ its best measured one the default: `build_recipe`), `evaluate` (translate, BLEU,
 """
 
 from ..core.callbacks import BestWeights, TimeBudget
+from ..core.lazy import lazy_attributes
 from .data import (
     DE_EN_PATH,
     Pairs,
@@ -107,3 +108,6 @@ __all__ = [
     "synthetic_task",
     "train_sentencepiece",
 ]
+
+# Each module of the package is an attribute too (nmt.viewer, ...), imported on first use (core/lazy.py).
+__getattr__ = lazy_attributes(__name__)

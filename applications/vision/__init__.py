@@ -27,4 +27,5 @@ _LAZY = {"export_classifier": "export"}
 __all__ = ["ConvNet", "ConvNetConfig", "POOLING", "VIT_PRESETS", "ViT", "ViTConfig", "copy_keras_hub_weights",
            "from_keras_hub", *_LAZY]
 
+# Each module of the package is an attribute too (vision.viewer, ...), imported on first use (core/lazy.py).
 __getattr__ = lazy_attributes(__name__, _LAZY)
