@@ -14,8 +14,12 @@ import attnlayers.applications
 APPLICATIONS = sorted(info.name for info in pkgutil.iter_modules(attnlayers.applications.__path__) if info.ispkg)
 
 
-def test_the_applications_are_found_from_the_folders():
+def test_the_applications_are_found_from_the_folders(monkeypatch):
     assert {"bert", "captioning", "core", "gpt", "nmt", "vision"} <= set(APPLICATIONS)
+    for app in APPLICATIONS:  # `import attnlayers.applications` then `attnlayers.applications.bert`
+        module = importlib.import_module(f"attnlayers.applications.{app}")
+        monkeypatch.delattr(attnlayers.applications, app)
+        assert getattr(attnlayers.applications, app) is module
 
 
 @pytest.mark.parametrize("app", APPLICATIONS)
