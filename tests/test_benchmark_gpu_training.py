@@ -18,8 +18,7 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_train
 ROWS = {("bert", "fit"), ("bert", "train_on_batch"), ("generate", "generate, batch 1"), ("generate", "generate, batch 8")}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("keras_hub") is None,
-                    reason="needs jax (the jax extra) and keras_hub")
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax (the jax extra)")
 def test_gpu_training_benchmark_runs_every_part_at_tiny_size(tmp_path):
     out = tmp_path / "gpu_training.json"
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -48,8 +47,7 @@ def test_gpu_training_benchmark_runs_every_part_at_tiny_size(tmp_path):
     assert "| BERT MLM training (B 2 x T 32) | fit |" in run.stdout  # the --markdown table
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("keras_hub") is None,
-                    reason="needs jax (the jax extra) and keras_hub")
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax (the jax extra)")
 def test_isolated_sides_and_their_profiles(tmp_path):
     """--isolate trains each side in its own process and merges the two into the same rows; --profile keeps a trace
     per side, which xplane_summary.py reads (on a CPU the trace holds no GPU kernels: it says so with zero time)."""

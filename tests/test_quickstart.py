@@ -2,22 +2,15 @@
 restores the best epoch's weights, exports the translate SavedModel and checks the reloaded one agrees with
 in-process decoding."""
 
-import importlib.util
 import os
 import pathlib
 import re
 import subprocess
 import sys
 
-import pytest
-
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("matplotlib") is None or importlib.util.find_spec("sacrebleu") is None,
-    reason="needs the examples extra (matplotlib, sacrebleu)",
-)
 def test_quickstart_trains_translates_exports_and_agrees(tmp_path):
     out = tmp_path / "quickstart"
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -101,7 +101,6 @@ def test_a_missing_file_is_one_line_with_no_traceback_and_no_folder(tmp_path):
     assert "Traceback" not in result.stderr and not (tmp_path / "artifacts").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sacrebleu") is None, reason="needs sacrebleu (test extra)")
 def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
     from attnlayers.applications import nmt
     from attnlayers.viewer import read_attention_viewer

@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import keras
-import numpy as np
 from keras import ops
 
 from attnlayers.validation import check_rank, concrete_value, format_shape, non_negative_number, positive_int

@@ -197,7 +197,8 @@ def test_cache_structure_and_beam_tiling(rng):
 
 
 def test_greedy_generate_with_next_function(rng):
-    decoding = pytest.importorskip("attnlayers.decoding")
+    from attnlayers import decoding
+
     vocab, length = 7, 4
     embedding, project = keras.layers.Embedding(vocab, E), keras.layers.Dense(vocab)
     decoder = BahdanauDecoder(U)

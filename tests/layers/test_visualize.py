@@ -1,6 +1,5 @@
 """attnlayers.visualize: heatmaps drawn and saved, inputs validated, matplotlib stays optional."""
 
-import importlib.util
 import sys
 
 import numpy as np
@@ -9,10 +8,6 @@ from keras import ops
 
 from attnlayers import visualize
 from attnlayers.visualize import plot_attention, plot_attention_heads
-
-needs_matplotlib = pytest.mark.skipif(
-    importlib.util.find_spec("matplotlib") is None, reason="matplotlib is an optional extra"
-)
 
 SRC = "the cat sat on the mat".split()
 TGT = "le chat s'est assis".split()
@@ -44,7 +39,6 @@ def _close_figures():
         sys.modules["matplotlib.pyplot"].close("all")
 
 
-@needs_matplotlib
 def test_plot_attention_saves_labelled_heatmap(tmp_path):
     weights = _weights(1, len(TGT), len(SRC))  # a leading batch of 1 is squeezed
     path = tmp_path / "sub" / "alignment.png"
@@ -63,7 +57,6 @@ def test_plot_attention_saves_labelled_heatmap(tmp_path):
     assert len(fig.axes) == 2  # heatmap + colorbar
 
 
-@needs_matplotlib
 def test_plot_attention_numpy_without_tokens_or_path(tmp_path):
     import matplotlib.figure
 
@@ -72,7 +65,6 @@ def test_plot_attention_numpy_without_tokens_or_path(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@needs_matplotlib
 def test_plot_attention_single_step_and_string_tokens(tmp_path):
     path = tmp_path / "step.png"
     fig = plot_attention(_weights(len(SRC)), source_tokens=" ".join(SRC), path=path)
@@ -80,7 +72,6 @@ def test_plot_attention_single_step_and_string_tokens(tmp_path):
     _check_png(path, min_bytes=2_000)
 
 
-@needs_matplotlib
 def test_plot_attention_into_existing_axes(tmp_path):
     import matplotlib.pyplot as plt
 
@@ -92,7 +83,6 @@ def test_plot_attention_into_existing_axes(tmp_path):
     assert (tmp_path / "mine.png").exists()
 
 
-@needs_matplotlib
 def test_saved_figures_do_not_accumulate_in_pyplot(tmp_path):
     import matplotlib.pyplot as plt
 
@@ -105,14 +95,12 @@ def test_saved_figures_do_not_accumulate_in_pyplot(tmp_path):
     assert len(plt.get_fignums()) == before
 
 
-@needs_matplotlib
 def test_plot_attention_reduced_precision_input(tmp_path):
     path = tmp_path / "half.png"
     plot_attention(ops.cast(_weights(5, 7), "float16"), path=path)
     _check_png(path, min_bytes=2_000)
 
 
-@needs_matplotlib
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -125,19 +113,16 @@ def test_plot_attention_token_count_errors(kwargs, message):
         plot_attention(_weights(len(TGT), len(SRC)), **kwargs)
 
 
-@needs_matplotlib
 def test_plot_attention_rejects_multi_head_weights():
     with pytest.raises(ValueError, match=r"received shape \(2, 4, 6\).*plot_attention_heads"):
         plot_attention(_weights(2, 4, 6))
 
 
-@needs_matplotlib
 def test_plot_attention_rejects_non_numeric():
     with pytest.raises(ValueError, match="must be numeric"):
         plot_attention(np.array([["a", "b"]]))
 
 
-@needs_matplotlib
 def test_plot_attention_heads_grid(tmp_path):
     path = tmp_path / "heads.png"
     fig = plot_attention_heads(
@@ -155,7 +140,6 @@ def test_plot_attention_heads_grid(tmp_path):
     assert [t.get_text() for t in panels[2].get_yticklabels()] == TGT
 
 
-@needs_matplotlib
 def test_plot_attention_heads_layers_by_heads(tmp_path):
     path = tmp_path / "layers.png"
     fig = plot_attention_heads(_weights(2, 4, 5, 5), path=path)
@@ -170,7 +154,6 @@ def test_plot_attention_heads_layers_by_heads(tmp_path):
     ]
 
 
-@needs_matplotlib
 def test_plot_attention_heads_errors():
     with pytest.raises(ValueError, match=r"received shape \(4, 6\).*plot_attention"):
         plot_attention_heads(_weights(4, 6))
@@ -232,7 +215,8 @@ def test_upsample_attention_shapes_peak_and_range():
 
 
 def test_upsample_attention_matches_scipy_resize_and_blur():
-    ndimage = pytest.importorskip("scipy.ndimage")
+    from scipy import ndimage
+
     from attnlayers.visualize import upsample_attention
 
     # Bilinear with half-pixel centres (8 pixels per cell: grid row i is centred on pixel 8i + 3.5)
@@ -267,7 +251,6 @@ def test_upsample_attention_errors(args, message):
         upsample_attention(*args)
 
 
-@needs_matplotlib
 def test_plot_image_attention_writes_png_with_one_panel_per_word(tmp_path):
     from attnlayers.visualize import plot_image_attention
 
@@ -289,7 +272,6 @@ def test_plot_image_attention_writes_png_with_one_panel_per_word(tmp_path):
     assert fig._suptitle.get_text() == "Soft"
 
 
-@needs_matplotlib
 def test_plot_image_attention_grid_forms_agree():
     from attnlayers.visualize import plot_image_attention
 
@@ -312,7 +294,6 @@ def test_plot_image_attention_grid_forms_agree():
     assert shown[int((peak[0] + 0.5) * 12), int((peak[1] + 0.5) * 16)] > shown.min() + 0.2
 
 
-@needs_matplotlib
 def test_plot_image_attention_sampled_marks_argmax_cell(tmp_path):
     from attnlayers.visualize import plot_image_attention
 
@@ -338,7 +319,6 @@ def test_plot_image_attention_sampled_marks_argmax_cell(tmp_path):
         assert (rect.get_width(), rect.get_height()) == pytest.approx((16, 16))
 
 
-@needs_matplotlib
 def test_plot_image_attention_accepts_gray_and_normalized_images():
     from attnlayers.visualize import plot_image_attention
 
@@ -350,7 +330,6 @@ def test_plot_image_attention_accepts_gray_and_normalized_images():
     assert shown.images[0].get_array().min() == 0.0 and shown.images[0].get_array().max() == 1.0
 
 
-@needs_matplotlib
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -15,8 +15,6 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow_text")
-
 from attnlayers.applications.bert import baselines, finetuning, pretraining, recipes
 from attnlayers.applications.core import corpora  # noqa: E402
 

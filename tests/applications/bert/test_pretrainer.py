@@ -159,7 +159,8 @@ def test_fit_lowers_the_loss_on_a_memorisable_batch():
 def test_fit_on_a_dataset_with_mlm_weights_only():
     """The pretraining data yields (features, labels, {"mlm": mask_weights}); Keras needs every output's weights,
     the pretrainer fills in NSP's."""
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
     keras.utils.set_random_seed(0)
     model = BertPretrainer(BertBackbone(CONFIG))
     model.compile_for_pretraining(1e-3, warmup_steps=1, total_steps=10)

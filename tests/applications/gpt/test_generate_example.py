@@ -10,9 +10,6 @@ import pathlib
 import keras
 import pytest
 
-pytest.importorskip("tensorflow", reason="GPT2Tokenizer runs TensorFlow ops")
-pytest.importorskip("tensorflow_text", reason="GPT2Tokenizer's pre-tokenizer uses tensorflow_text regexes")
-
 from attnlayers.applications.gpt import GPT, GPTConfig, save_hf_checkpoint
 from attnlayers.applications.gpt.tokenizer import GPT2Tokenizer, train_byte_level_bpe
 

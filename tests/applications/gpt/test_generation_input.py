@@ -10,9 +10,6 @@ import keras
 import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow", reason="GPT2Tokenizer runs TensorFlow ops")
-pytest.importorskip("tensorflow_text", reason="GPT2Tokenizer's pre-tokenizer uses tensorflow_text regexes")
-
 from attnlayers.applications.gpt import GPT, GPTConfig
 from attnlayers.applications.gpt.generation import (
     cut_at_stop_strings,

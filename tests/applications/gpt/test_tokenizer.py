@@ -11,9 +11,7 @@ import sys
 
 import keras
 import pytest
-
-tf = pytest.importorskip("tensorflow", reason="GPT2Tokenizer runs TensorFlow ops")
-pytest.importorskip("tensorflow_text", reason="GPT2Tokenizer's pre-tokenizer uses tensorflow_text regexes")
+import tensorflow as tf
 
 from attnlayers.applications import gpt
 from attnlayers.applications.gpt.tokenizer import (
@@ -58,7 +56,8 @@ def read(path, mode="r"):
 
 def hugging_face(files):
     """Hugging Face's GPT-2 tokenization of the same files (GPT2TokenizerFast's pipeline)."""
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
+
     reference = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(files[0]), str(files[1])))
     reference.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     reference.decoder = tokenizers.decoders.ByteLevel()

@@ -17,9 +17,6 @@ import numpy as np
 import pytest
 from texts import write_documents
 
-pytest.importorskip("tensorflow_text")
-pytest.importorskip("tokenizers")
-
 from attnlayers.applications.gpt import data, recipes  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
