@@ -17,8 +17,10 @@ from attnlayers.validation import format_shape, is_int, positive_int
 _REDUCED_PRECISION = ("float16", "bfloat16")
 
 
+@keras.saving.register_keras_serializable(package="attnlayers", name="ImplicitMask")
 class _ImplicitMask(keras.layers.Layer):
-    """Returns the implicit mask of its input: Keras passes it to a ``call`` that takes ``mask``."""
+    """Returns the implicit mask of its input: Keras passes it to a ``call`` that takes ``mask``. Symbolically (a
+    functional model being built) the mask is a new symbolic tensor, this layer's output."""
 
     def __init__(self, **kwargs):
         super().__init__(autocast=False, **kwargs)
@@ -31,24 +33,27 @@ class _ImplicitMask(keras.layers.Layer):
         return None
 
     def compute_output_spec(self, inputs, mask=None):
-        return mask
+        return None if mask is None else keras.KerasTensor(mask.shape, mask.dtype)
 
 
-_MASK_READER = []  # one _ImplicitMask, created on first use
+_MASK_READER = []  # one _ImplicitMask for backend tensors, created on first use
 
 
 def keras_mask(x):
     """The implicit Keras mask attached to ``x`` (by ``mask_zero=True``, ``Masking``, ...), or None.
 
-    Eager and symbolic tensors carry it as the ``_keras_mask`` attribute. A traced JAX value cannot hold an
-    attribute (Keras keeps its mask aside), so it is read the public way: a layer whose ``call`` takes
-    ``mask`` receives it from Keras.
+    Read the public way, for every kind of tensor: a layer whose ``call`` takes ``mask`` receives it from Keras
+    (Keras keeps the mask as a private attribute of an eager or graph tensor, and aside for a JAX value, which
+    cannot hold one). For a backend tensor (eager, or traced inside a layer's ``call``) the mask itself comes
+    back; for a symbolic ``keras.KerasTensor`` (a functional model being built) a symbolic tensor computed from
+    it by a small layer of its own (it then appears in the model's ``layers``); anything else has no mask.
     """
     if x is None:
         return None
-    mask = getattr(x, "_keras_mask", None)
-    if mask is not None or not ops.is_tensor(x):
-        return mask
+    if isinstance(x, keras.KerasTensor):
+        return _ImplicitMask(name=f"implicit_mask_{keras.backend.get_uid('implicit_mask')}")(x)
+    if not ops.is_tensor(x):
+        return None
     if not _MASK_READER:
         _MASK_READER.append(_ImplicitMask(name="implicit_mask"))
     return _MASK_READER[0](x)

@@ -114,7 +114,7 @@ def _built_weights(backbone):
         backbone({"token_ids": np.zeros((1, length), "int32"), "padding_mask": np.ones((1, length), bool)})
     # A weight's path starts with the model that first built it: the backbone, or a task model around it
     # ("bert_classifier/embeddings/..."). Below that comes one of the backbone's own layers.
-    tops = {layer.name for layer in backbone._flatten_layers(include_self=False, recursive=False)}
+    tops = {layer.name for layer in backbone.layers}
 
     def relative(path):
         parts = path.split("/")

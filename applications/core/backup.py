@@ -52,10 +52,13 @@ import warnings
 import keras
 import numpy as np
 
+from . import keras_fixes
 from .distribution import from_chief, is_chief, is_multi_worker
 
 POINTER = "backup.json"
 _WEIGHTS = re.compile(r"^weights-(\d+)\.weights\.h5$")
+# keras.callbacks.BackupAndRestore's files (weights, {"epoch": ...}, their double_checkpoint copies): resumed from
+# when no backup of ours is there, deleted once one is.
 _LEGACY = ("latest.weights.h5", "training_metadata.json", "latest.weights.h5.bkp", "training_metadata.json.bkp")
 
 
@@ -292,9 +295,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         """Restores this process's backup (also Keras' own layout); returns its pointer or None."""
         pointer = self._read_pointer()
         if pointer is None:
-            if file_utils.exists(self._weights_path):  # written by keras.callbacks.BackupAndRestore
-                super()._load_model()
-                epoch = self.model._initial_epoch or 0
+            weights, metadata = (file_utils.join(self.backup_dir, name) for name in _LEGACY[:2])
+            if file_utils.exists(weights):  # written by keras.callbacks.BackupAndRestore: its weights, its epoch
+                self._load_weights({"weights": _LEGACY[0]})
+                epoch = 0
+                if file_utils.exists(metadata):
+                    with file_utils.File(metadata, "r") as f:
+                        epoch = int(json.loads(f.read())["epoch"])
                 return {"epoch": epoch, "step": 0, "iterations": None, "weights": None}
             return None
         self._clean(pointer)
@@ -327,7 +334,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self.invocations = int(self.restored.get("invocations") or 1) + 1
             if self.print_fn is not None:
                 self.print_fn(f"resumed from the backup in {self.backup_dir}: {self.describe_restored()}")
-            self.model._initial_epoch = self.restored["epoch"]  # fit: `self._initial_epoch or initial_epoch`
+            keras_fixes.set_initial_epoch(self.model, self.restored["epoch"])
             self._current_epoch = self.restored["epoch"]
             self._skip_until = self.restored["step"]
             if self._skip_until and keras.backend.backend() != "tensorflow":

@@ -151,7 +151,8 @@ def is_multi_worker(strategy):
 
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return False
-    return getattr(strategy.extended, "_num_workers", 1) > 1
+    # Its replicas are this worker's devices times the workers (public: the strategy's worker count is private).
+    return strategy.num_replicas_in_sync > len(strategy.extended.worker_devices)
 
 
 def from_chief(values, strategy):

@@ -30,6 +30,16 @@ that Keras still has what it replaces: if not, it warns and leaves Keras as it i
 Keras as shipped and expects the failure (``tests/applications/core/test_keras_fixes.py``, and the multi-worker
 case in ``test_multi_worker_recipe.py``): the day a Keras release fixes one of these, its test fails, and the fix
 gets a last version (or is deleted). This is the only module of the package that imports ``keras.src``.
+
+It is also the only one that reads or writes a private name of Keras, keras-hub or TensorFlow where no public API
+does the same (``tests/test_private_internals.py`` scans the others): each such use is a function here, with the
+versions it is known to work on in :data:`PRIVATE_USES`, and checks that the name is still there (else an
+ImportError says which use, which version, and what to install):
+
+- :func:`set_initial_epoch`: the epoch a running ``fit`` starts from, set by a callback's ``on_train_begin``
+  (``core.backup.BackupAndRestore`` resuming);
+- :func:`bpe_merge_into_cache`: keras-hub's byte-pair merge step alone, after the package's own pre-tokenization
+  (``gpt.tokenizer.GPT2Tokenizer``, the GGUF tokenizers).
 """
 
 from __future__ import annotations
@@ -240,4 +250,76 @@ def without(*names):
             part.install()
 
 
-__all__ = ["FIXES", "KerasFix", "apply_distribution_fixes", "without"]
+# ---- private names used where no public API does the same ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateUse:
+    """A private attribute of a library that a function of this module reads, writes or calls.
+
+    Attributes:
+        library: the importable name of the library (``"keras"``, ``"keras_hub"``).
+        first_version, last_version: the library's versions ``(major, minor)`` it is known to work on
+            (``last_version`` None: every later one while the attribute is there, until its test says otherwise).
+        attribute: the private attribute's name.
+    """
+
+    library: str
+    first_version: tuple
+    last_version: tuple | None
+    attribute: str
+
+    def require(self, owner, use):
+        """Raises an ImportError naming ``use`` unless the installed library is in the range and ``owner`` has
+        the attribute."""
+        import importlib
+
+        installed = importlib.import_module(self.library).__version__
+        major, minor = installed.split(".")[:2]
+        version = int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+        in_range = self.first_version <= version and (self.last_version is None or version <= self.last_version)
+        if not in_range or not hasattr(owner, self.attribute):
+            known = ".".join(map(str, self.first_version)) + (
+                " and later" if self.last_version is None else " to " + ".".join(map(str, self.last_version)))
+            raise ImportError(
+                f"{use} relies on {self.library}'s private {type(owner).__name__}.{self.attribute} ({self.library} "
+                f"{known}), which the installed {self.library} {installed} "
+                f"{'lacks' if in_range else 'is not known to have'}: install the version pyproject.toml pins."
+            )
+
+
+#: The private uses, by the function of this module that makes each.
+PRIVATE_USES = {
+    "set_initial_epoch": PrivateUse("keras", (3, 0), None, "_initial_epoch"),
+    "bpe_merge_into_cache": PrivateUse("keras_hub", (0, 32), None, "_bpe_merge_and_update_cache_tf"),
+}
+
+
+def set_initial_epoch(model, epoch):
+    """Makes the ``fit`` that is starting run from ``epoch`` (0-based), when called from a callback's
+    ``on_train_begin``: how a backup resumes training.
+
+    Keras' trainers read ``model._initial_epoch or initial_epoch`` after ``on_train_begin`` (Keras 3.0 to 3.15 at
+    least; its own ``keras.callbacks.BackupAndRestore`` sets it the same way); no public API changes the first
+    epoch of a ``fit`` already called.
+    """
+    PRIVATE_USES["set_initial_epoch"].require(model, "set_initial_epoch")
+    model._initial_epoch = int(epoch)
+
+
+def bpe_merge_into_cache(bpe, words):
+    """keras-hub's byte-pair merge step alone: merges each of ``words`` (a 1-D tf.string tensor of pre-tokens,
+    UTF-8) with the merge rules of ``bpe`` (a ``keras_hub.tokenizers.BytePairTokenizer``) and stores the result in
+    ``bpe.cache`` (each word's tokens joined by spaces), where ``bpe.cache.lookup(words)`` reads it. TensorFlow ops:
+    callable inside a ``tf.function``.
+
+    keras-hub's public ``tokenize`` runs this step only after its own pre-tokenization (GPT-2's regex, redone on
+    every input), which GPT2Tokenizer and the GGUF tokenizers replace with theirs (their pieces differ); keras-hub
+    0.32 has it as ``BytePairTokenizer._bpe_merge_and_update_cache_tf``.
+    """
+    PRIVATE_USES["bpe_merge_into_cache"].require(bpe, "bpe_merge_into_cache")
+    bpe._bpe_merge_and_update_cache_tf(words)
+
+
+__all__ = ["FIXES", "PRIVATE_USES", "KerasFix", "PrivateUse", "apply_distribution_fixes", "bpe_merge_into_cache",
+           "set_initial_epoch", "without"]

@@ -27,9 +27,9 @@ otherwise; words are then split by the regex's word alternatives. It works on by
 by \\x01, which RE2 classes the same, only to compute the offsets), so pre-tokens are cut from the original bytes.
 ``\\s`` is Unicode's White_Space, as in Python's ``regex`` and Hugging Face's ``tokenizers``. Pre-tokens equal to
 ``<|endoftext|>`` are split out first, so the text between two of them is pre-tokenized on its own (Hugging Face's
-added-token rule). The merge step calls one private method of keras-hub's tokenizer,
-``_bpe_merge_and_update_cache_tf`` (keras-hub 0.32, pinned in pyproject.toml): the constructor raises an ImportError
-naming the version if it is gone, and the tests compare the ids with Hugging Face's. It is given each new word once
+added-token rule). The merge step calls one private method of keras-hub's tokenizer (keras-hub 0.32, pinned in
+pyproject.toml), through ``core.keras_fixes.bpe_merge_into_cache``: the constructor raises an ImportError naming
+the version if it is gone, and the tests compare the ids with Hugging Face's. It is given each new word once
 (keras-hub passes every occurrence, and its merge loop costs words x longest word per merge step).
 
 Differences from Hugging Face that remain: the Unicode tables of RE2 (TensorFlow's) and of Oniguruma (Hugging Face's)
@@ -60,6 +60,7 @@ import tensorflow as tf
 
 from attnlayers.validation import is_int
 
+from ..core import keras_fixes
 from ..core.files import replace_atomically
 from ..core.token_lookup import TokenLookup
 from .checkpoint import MERGES_FILE, VOCABULARY_FILE
@@ -333,11 +334,7 @@ class GPT2Tokenizer(TokenLookup):
         merges = read_merges(merges, vocabulary)
         # Plain dict and list: tf.Module wraps its attributes' dicts, which keras-hub's `tokenizers` path refuses.
         self.bpe = keras_hub.tokenizers.BytePairTokenizer(vocabulary, merges, unsplittable_tokens=[], dtype="int32")
-        if not hasattr(self.bpe, "_bpe_merge_and_update_cache_tf"):
-            raise ImportError(
-                "GPT2Tokenizer runs keras-hub 0.32's BytePairTokenizer merge step (_bpe_merge_and_update_cache_tf), "
-                f"which the installed keras-hub {keras_hub.__version__} lacks: install keras-hub==0.32.*."
-            )
+        keras_fixes.PRIVATE_USES["bpe_merge_into_cache"].require(self.bpe, "GPT2Tokenizer")  # now, not when tracing
         # keras-hub's tables, tracked here as well: under another Keras backend than TensorFlow its layer is not a
         # TensorFlow trackable, and a SavedModel must find every resource its functions capture.
         self._tables = [self.bpe.cache, self.bpe.byte2unicode, self.bpe.unicode2byte, self.bpe.token_to_id_map,
@@ -396,15 +393,15 @@ class GPT2Tokenizer(TokenLookup):
         return tf.RaggedTensor.from_row_splits(ids.flat_values, tf.gather(ids.row_splits, pieces.row_splits))
 
     def _merge(self, words):
-        """(P,) pre-tokens -> their BPE ids, (P, None) int32: keras-hub's cached merge (its ``_tokenize_tf``
-        after its own pre-tokenization)."""
+        """(P,) pre-tokens -> their BPE ids, (P, None) int32: keras-hub's cached merge (what its ``tokenize`` does
+        after its own pre-tokenization; ``core.keras_fixes.bpe_merge_into_cache``)."""
         bpe = self.bpe
         cached = bpe.cache.lookup(words)
         unseen = tf.equal(cached, "") & tf.not_equal(words, "")
 
         def merge_unseen():
             # Each new word once: keras-hub's merge loop costs (words x longest word) per step.
-            bpe._bpe_merge_and_update_cache_tf(tf.unique(tf.boolean_mask(words, unseen)).y)
+            keras_fixes.bpe_merge_into_cache(bpe, tf.unique(tf.boolean_mask(words, unseen)).y)
             return bpe.cache.lookup(words)
 
         merged = tf.cond(tf.reduce_any(unseen), merge_unseen, lambda: cached)

@@ -123,6 +123,19 @@ def test_keras_mask_reads_the_implicit_mask():
     assert masking.keras_mask(None) is None
 
 
+def test_keras_mask_of_a_symbolic_tensor_is_a_model_output(tmp_path):
+    """On a functional model's symbolic tensor the mask comes back as a symbolic tensor (through the public
+    mask-reading layer, no private attribute) that computes the mask, also after a .keras round trip."""
+    tokens = keras.Input((3,), dtype="int32")
+    mask = masking.keras_mask(keras.layers.Embedding(5, 2, mask_zero=True)(tokens))
+    assert masking.keras_mask(keras.Input((3, 2))) is None
+    model = keras.Model(tokens, mask)
+    x = np.array([[3, 0, 4], [0, 0, 1]])
+    np.testing.assert_array_equal(_np(model(x)), x != 0)
+    model.save(tmp_path / "mask.keras")
+    np.testing.assert_array_equal(_np(keras.models.load_model(tmp_path / "mask.keras")(x)), x != 0)
+
+
 def test_keras_mask_inside_a_compiled_training_step():
     """Traced values (a JAX jit, a TensorFlow graph) keep their implicit mask too: a layer reading it with
     keras_mask zeroes the padded steps, so their inputs get no gradient and the loss ignores them."""

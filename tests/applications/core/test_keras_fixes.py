@@ -75,3 +75,26 @@ def test_fixes_are_named_installed_once_and_restored_after_without():
     with pytest.raises(ValueError, match="Unknown Keras fix 'clip'"):
         with keras_fixes.without("clip"):
             pass
+
+
+def test_set_initial_epoch_is_where_fit_starts():
+    """What set_initial_epoch writes is still what fit starts from (core.backup's resume; it fails here first)."""
+
+    class Resume(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            keras_fixes.set_initial_epoch(self.model, 2)
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", run_eagerly=True)
+    history = model.fit(np.zeros((4, 2)), np.zeros((4, 1)), epochs=4, verbose=0, callbacks=[Resume()])
+    assert history.epoch == [2, 3]
+
+
+def test_private_uses_check_the_version_and_the_name():
+    """(bpe_merge_into_cache is exercised by GPT2Tokenizer's tests, against Hugging Face's ids.)"""
+    model = keras.Sequential([keras.Input((2,))])
+    with pytest.raises(ImportError, match=r"x relies on keras's private Sequential\._initial_epoch \(keras 3\.0 to "
+                                          r"3\.1\), which the installed keras 3\.\d+\S* is not known to have"):
+        keras_fixes.PrivateUse("keras", (3, 0), (3, 1), "_initial_epoch").require(model, "x")
+    with pytest.raises(ImportError, match=r"_gone \(keras 3\.0 and later\), which .* lacks: install"):
+        keras_fixes.PrivateUse("keras", (3, 0), None, "_gone").require(model, "x")
