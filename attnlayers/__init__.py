@@ -23,6 +23,7 @@ from attnlayers import (  # noqa: E402
     scheduled_sampling,
     scoring,
     stop_strings,
+    training_step,
     validation,
     visualize,
 )
@@ -69,6 +70,7 @@ from attnlayers.scoring import (
     get_score,
     register_score,
 )
+from attnlayers.training_step import count_step, step_counter
 from attnlayers.transformer import (
     DecoderBlockOutputs,
     FeedForward,

@@ -14,9 +14,10 @@ Parts (composed, not flagged):
 - the schedules :class:`LinearDecay`, :class:`ExponentialDecay`, :class:`InverseSigmoidDecay` (``get`` reads
   ``"inverse_sigmoid:1000"``-style specs);
 - :class:`ScheduledSampler`, a layer an application model owns: it counts its training calls (i, a
-  non-trainable variable saved with the weights), computes eps_i in the graph and draws the coins. Nothing is
-  assigned from outside the train step, so it works under ``tf.distribute``, ``jit_compile`` and the JAX trainer
-  as is; :class:`ScheduledSamplingLogger` only logs eps_i (TensorBoard, history);
+  ``training_step.step_counter``: saved with the weights, the same on every replica), computes eps_i in the graph
+  and draws the coins. Nothing is assigned from outside the train step, so it works under ``tf.distribute``,
+  ``jit_compile`` and the JAX trainer as is; :class:`ScheduledSamplingLogger` only logs eps_i (TensorBoard,
+  history);
 - :class:`Feedback`, what one call needs: the gold tokens, the coins, and for an RNN decoder the embedding and
   the output layer, so that its loop can feed back its own token (``AttentionRNNDecoder.call(feedback=...)``).
   A parallel decoder (the Transformer) uses :meth:`Feedback.mix` on the predictions of a first pass
@@ -38,6 +39,7 @@ import random
 import keras
 from keras import ops
 
+from attnlayers.training_step import count_step, step_counter
 from attnlayers.validation import is_number, one_of
 
 PREDICTIONS = ("sample", "argmax")
@@ -316,11 +318,12 @@ class Feedback:
 class ScheduledSampler(keras.layers.Layer):
     """Scheduled sampling for a model's decoder: eps_i from a schedule over its own training-call count i.
 
-    ``iterations`` (float32, non-trainable, saved with the weights, so a restored run goes on with its
-    schedule) counts the calls of :meth:`feedback` in training, one per training step of ``fit``. eps_i is
-    computed in the graph from it, so nothing outside the train step assigns a variable: it works under
-    ``tf.distribute`` (the count is updated once per step, ``aggregation="only_first_replica"``), ``jit_compile``
-    and JAX's stateless trainer, with ``steps_per_execution`` too.
+    ``iterations`` (an :func:`attnlayers.training_step.step_counter`: float32, non-trainable, saved with the
+    weights, so a restored run goes on with its schedule) counts the calls of :meth:`feedback` in training, one per
+    training step of ``fit``, ``train_on_batch`` or a custom loop. eps_i is computed in the graph from it, so
+    nothing outside the train step assigns a variable: it works under ``tf.distribute`` (every replica reads the
+    same i at step i and advances its own copy, with no sync point in the model's call), ``jit_compile`` and JAX's
+    stateless trainer, with ``steps_per_execution`` too.
 
     Args:
         schedule: a :class:`SamplingSchedule`, a spec for :func:`get` (``"inverse_sigmoid:1000"``) or a config.
@@ -339,8 +342,7 @@ class ScheduledSampler(keras.layers.Layer):
         self.prediction = one_of(prediction, "prediction", PREDICTIONS)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(_unobtrusive_seed() if seed is None else seed)
-        self.iterations = self.add_weight(name="iterations", shape=(), initializer="zeros", dtype="float32",
-                                          trainable=False, autocast=False, aggregation="only_first_replica")
+        self.iterations = step_counter(self, "iterations")
         self.built = True
 
     @property
@@ -359,8 +361,7 @@ class ScheduledSampler(keras.layers.Layer):
         """
         if not training:
             return None
-        epsilon = self.schedule(self.iterations.value)
-        self.iterations.assign(self.iterations.value + 1.0)
+        epsilon = self.schedule(count_step(self.iterations, training))  # eps_i; the count becomes i + 1
         return Feedback.draw(tokens, epsilon, prediction=self.prediction, seed=self.seed_generator, embed=embed,
                              logits=logits)
 
@@ -403,10 +404,21 @@ def get_sampler(identifier, seed=None):
 
 
 def find_samplers(model):
-    """The :class:`ScheduledSampler` layers of ``model`` (itself included)."""
-    if isinstance(model, ScheduledSampler):
-        return [model]
-    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, ScheduledSampler)]
+    """The :class:`ScheduledSampler` layers of ``model`` (itself included), in the order of ``model.layers``: the
+    model's layers and, recursively, those of the models among them. ``keras.Model.layers`` (a model's direct
+    sublayers) is the public list Keras has; a plain layer does not list its sublayers, so a sampler owned by a
+    layer that is not a model is not found (hand it to :class:`ScheduledSamplingLogger` instead)."""
+    found, seen, pending = [], set(), [model]
+    while pending:
+        layer = pending.pop(0)
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if isinstance(layer, ScheduledSampler):
+            found.append(layer)
+        elif isinstance(layer, keras.Model):
+            pending[:0] = layer.layers  # depth first, in the model's order
+    return found
 
 
 class ScheduledSamplingLogger(keras.callbacks.Callback):
@@ -427,8 +439,9 @@ class ScheduledSamplingLogger(keras.callbacks.Callback):
     def _epsilon(self):
         found = [self.sampler] if self.sampler is not None else find_samplers(self.model)
         if not found:
-            raise ValueError(f"ScheduledSamplingLogger found no ScheduledSampler in model {self.model.name!r}; build "
-                             "the model with scheduled_sampling=... or pass the sampler.")
+            raise ValueError(f"ScheduledSamplingLogger found no ScheduledSampler in model {self.model.name!r} (its "
+                             "layers and those of the models among them); build the model with scheduled_sampling=... "
+                             "or pass the sampler.")
         sampler = found[0]
         # The count is of steps run: the last step used eps at count - 1.
         return sampler.schedule.value(max(0.0, float(ops.convert_to_numpy(sampler.iterations.value)) - 1.0))

@@ -30,7 +30,10 @@ from attnlayers import (
     TransformerDecoder,
 )
 from attnlayers.scheduled_sampling import get_sampler
-from attnlayers.validation import check_divisible, is_number, one_of, positive_int, rate_in_unit_interval
+from attnlayers.training_step import count_step, step_counter
+from attnlayers.validation import (
+    check_divisible, concrete_value, is_number, one_of, positive_int, rate_in_unit_interval,
+)
 
 from ..core.generation import Seq2SeqGenerator, check_token_ids
 from ..core.losses import MaskedCrossEntropy
@@ -209,15 +212,13 @@ class _CaptionerBase(Seq2SeqGenerator):
 
 
 def _eager_values(x):
-    """``x`` as a NumPy array when its values are known (NumPy arrays, lists, eager tensors), else None (a traced
-    tensor, or something that is not numbers: left to the shape checks)."""
+    """``x`` as a NumPy array when its values are known (NumPy arrays, lists, eager tensors), else None (a symbolic
+    tensor, or something that is not numbers or tensors: left to the shape checks). A ragged list is a ValueError
+    naming `images`."""
     if isinstance(x, np.ndarray):
         return x
     if ops.is_tensor(x) or isinstance(x, (list, tuple)):
-        try:
-            return np.asarray(ops.convert_to_numpy(x))
-        except Exception:  # noqa: BLE001  symbolic (any backend's error) or ragged
-            return None
+        return concrete_value(x, "images")
     return None
 
 
@@ -300,10 +301,8 @@ class ShowAttendTell(_Captioner):
         self.doubly_stochastic_steps = (None if doubly_stochastic_steps is None else
                                         positive_int(doubly_stochastic_steps, "doubly_stochastic_steps"))
         self.penalty_iterations = None
-        if self.doubly_stochastic_steps is not None:
-            self.penalty_iterations = self.add_weight(
-                name="penalty_iterations", shape=(), initializer="zeros", dtype="float32", trainable=False,
-                autocast=False, aggregation="only_first_replica")
+        if self.doubly_stochastic_steps is not None:  # i of lambda_i: the same on every replica, saved
+            self.penalty_iterations = step_counter(self, "penalty_iterations")
         self.entropy_weight, self.baseline_decay = entropy_weight, baseline_decay
         score = AdditiveScore(self.units, name="f_att")
         if attention == "soft":
@@ -350,9 +349,8 @@ class ShowAttendTell(_Captioner):
             coverage = ops.sum(ops.cast(alpha, "float32") * ops.cast(step_mask, "float32")[..., None], axis=1)
             penalty = self.doubly_stochastic * ops.mean(ops.square(1.0 - coverage))
             if self.penalty_iterations is not None:  # lambda_i = lambda * max(0, 1 - i / N)
-                i = self.penalty_iterations.value
+                i = count_step(self.penalty_iterations, training)  # this step's i; the count becomes i + 1
                 penalty = penalty * ops.maximum(0.0, 1.0 - i / self.doubly_stochastic_steps)
-                self.penalty_iterations.assign(i + 1.0)
             self.add_loss(penalty)  # Keras divides add_loss terms by the replicas itself
         if sampled:
             # REINFORCE (eq. 11-13): the reward is minus the caption's mean word log-loss.

@@ -1,8 +1,9 @@
 """The captioning application's small scale-out job (:mod:`benchmarks.jobs`): Show, Attend and Tell with soft
 attention (the "soft" recipe of :func:`~attnlayers.applications.captioning.recipes.build_captioner` at a tiny
 size: a 2-block CNN over 16 x 16 images, a 4 x 4 grid of 8 features, embeddings 16, LSTM 32, no dropout), its
-masked cross-entropy plus the doubly stochastic penalty, on generated scenes batched by the application's own
-``make_dataset`` (images held in memory: a ``tf.gather`` from a constant, no Python op).
+masked cross-entropy plus the doubly stochastic penalty (the recipe's, fading over 1000 steps), on generated scenes
+batched by the application's own ``make_dataset`` (images held in memory: a ``tf.gather`` from a constant, no
+Python op).
 
     python -m benchmarks.jobs captioning --placement mirrored
 """
@@ -46,11 +47,10 @@ def _scenes(num_images, seed):
 
 
 def _build(vocabulary_size, jit_compile="auto"):
-    # No dropout: replicas would draw other masks. The constant penalty: with the recipe's fading one (a step counter
-    # assigned in the call) the weights stay equal under MirroredStrategy but the logged loss does not (3.4245
-    # against 3.2554 on one device, still so with the fade made ~1); not yet explained (benchmarks/README.md).
+    # No dropout: replicas would draw other masks. The recipe's penalty, fading over its first 1000 steps (a step
+    # counter that every replica reads alike: attnlayers.training_step).
     model = build_captioner("soft", vocabulary_size, image_size=IMAGE_SIZE, filters=(4, 8), embedding_dim=16,
-                            units=32, dropout=0.0, doubly_stochastic_steps=0)
+                            units=32, dropout=0.0)
     # A symbolic call creates the weights (to compare them before training) without running or compiling.
     model((keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3), dtype="uint8"), keras.Input((MAX_LENGTH,), dtype="int32")))
     # SGD without clipping, not the recipe's Adam(clipnorm=5): a gradient that is exactly zero in exact

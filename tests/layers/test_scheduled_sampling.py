@@ -231,14 +231,16 @@ def test_feedback_checks(rng):
 
 
 class TinySeq2Seq(keras.Model):
-    """A tiny seq2seq: memory + target_in -> logits, with scheduled sampling in training."""
+    """A tiny seq2seq: memory + target_in -> logits, with scheduled sampling in training (and, with
+    ``logit_penalty``, an ``add_loss`` term: that weight times the mean squared logit)."""
 
-    def __init__(self, schedule="linear:1,0.25", prediction="sample", **kwargs):
+    def __init__(self, schedule="linear:1,0.25", prediction="sample", logit_penalty=0.0, **kwargs):
         super().__init__(**kwargs)
         self.embedding = keras.layers.Embedding(V, E)
         self.decoder = BahdanauDecoder(U)
         self.output_layer = keras.layers.Dense(V)
         self.sampler = al.ScheduledSampler(schedule, prediction=prediction, seed=3)
+        self.logit_penalty = logit_penalty
 
     def call(self, inputs, training=None):
         memory, tokens = inputs
@@ -248,7 +250,10 @@ class TinySeq2Seq(keras.Model):
         if feedback is None:
             return self.output_layer(self.decoder(y, memory))
         outputs, _ = self.decoder(y, memory, feedback=feedback, training=training)
-        return self.output_layer(outputs)
+        logits = self.output_layer(outputs)
+        if self.logit_penalty:
+            self.add_loss(self.logit_penalty * ops.mean(ops.square(logits)))
+        return logits
 
 
 def _data(rng, n=12):
@@ -303,22 +308,53 @@ def test_fit_counts_the_schedule_in_the_train_step(jit_compile, rng):
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute")
-def test_fit_under_mirrored_strategy(rng):
+def test_fit_under_mirrored_strategy_equals_one_device(rng):
+    """Over 2 replicas the loss ``fit`` logs at every step and the weights after 3 steps are one device's: every
+    replica reads the count i of the step (eps 1, 1, then 0 here: argmax, no coin is random), the count advances
+    once per step, and no sync point inside the model's call lets a replica sum the other's ``add_loss`` term (a
+    count synchronized on write did: replica 1 logged replica 0's logit penalty too)."""
     import tensorflow as tf
 
-    x, y = _data(rng, n=16)
+    x, y = _data(rng, n=24)
+
+    def train(strategy):
+        with strategy.scope():
+            keras.utils.set_random_seed(5)
+            model = TinySeq2Seq(schedule="linear:2,1", prediction="argmax", logit_penalty=0.5)  # eps_i = min(1, 2 - i)
+            model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            model(x)  # built in the scope: mirrored weights
+        initial, steps = model.get_weights(), []
+        log = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(
+            (logs["loss"], logs[ss.EPSILON_LOG_KEY])))  # after the sampling logger: eps of the step
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[al.ScheduledSamplingLogger(per_batch=True), log])
+        return model, initial, np.array(steps)
+
+    one, initial, one_logs = train(tf.distribute.get_strategy())
     # ReductionToOneDevice, as core.runtime does on CPUs: collective all-reduces reuse instance keys across the
     # MirroredStrategy objects of one process ("Shape mismatch in the collective instance" in the full suite).
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
-                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
-    with strategy.scope():
-        model = TinySeq2Seq(schedule="inverse_sigmoid:1", prediction="sample")
-        model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[al.ScheduledSamplingLogger(per_batch=True)])
-    assert float(_np(model.sampler.iterations)) == 4.0  # once per step, not once per replica
-    assert np.all(np.isfinite(history.history["loss"]))
-    expected = ss.InverseSigmoidDecay(1).value(3)
-    assert history.history[ss.EPSILON_LOG_KEY][-1] == pytest.approx(expected)
+    mirrored, _, mirrored_logs = train(tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()))
+    np.testing.assert_allclose(mirrored_logs[:, 0], one_logs[:, 0], rtol=1e-5)  # the loss of every step
+    for a, b in zip(mirrored.get_weights(), one.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_array_equal(one_logs[:, 1], [1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(mirrored_logs[:, 1], [1.0, 1.0, 0.0])
+    assert float(_np(mirrored.sampler.iterations)) == 3.0  # once per step, not once per replica
+    assert max(np.abs(a - b).max() for a, b in zip(one.get_weights(), initial)) > 1e-3  # it trained
+
+
+def test_find_samplers_walks_the_models_layers():
+    """Through ``keras.Model.layers``, recursively: a sampler of a model nested in the model is found."""
+    inner = TinySeq2Seq()
+
+    class Outer(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense, self.inner = keras.layers.Dense(2), inner
+
+    assert ss.find_samplers(Outer()) == [inner.sampler] and ss.find_samplers(inner.sampler) == [inner.sampler]
+    assert ss.find_samplers(keras.Sequential([keras.layers.Dense(2)])) == []
 
 
 def test_logger_without_a_sampler_says_so(rng):
