@@ -16,6 +16,7 @@ from attnlayers import (  # noqa: E402
     distribution,
     fused,
     kv_cache,
+    layer_walk,
     masking,
     normalization,
     positional,

@@ -18,7 +18,6 @@ At training time the layer *samples* where to attend, ``s ~ Multinoulli(alpha)``
 :class:`GumbelTemperatureSchedule` anneals the Gumbel temperature ``tau`` during ``fit``.
 """
 
-import collections
 import threading
 import warnings
 
@@ -29,6 +28,7 @@ from keras import ops
 from attnlayers import masking
 from attnlayers.attention import Attention
 from attnlayers.distribution import scale_for_replicas
+from attnlayers.layer_walk import nested_layers
 from attnlayers.validation import is_number, one_of, positive_int, positive_number, rate_in_unit_interval
 
 
@@ -486,44 +486,11 @@ class ReinforceLoss(keras.layers.Layer):
         return {**super().get_config(), "baseline_decay": self.baseline_decay, "entropy_weight": self.entropy_weight}
 
 
-def _held_layers(values):
-    """The layers among ``values``, or in a list / tuple / dict among them (how Keras tracks sublayers)."""
-    for value in values:
-        if isinstance(value, keras.layers.Layer):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from _held_layers(value)
-        elif isinstance(value, dict):
-            yield from _held_layers(value.values())
-
-
-def _layers_within(target):
-    """Every layer below ``target`` (itself excluded), each once, found with public means only: a model's
-    ``layers`` and the layers a layer holds in its attributes (``vars``), directly or in lists, tuples and dicts, as
-    Keras tracks them. The layers and order of Keras' private ``_flatten_layers(include_self=False)``, which
-    attnlayers does not call (a Sequential adds its inner functional model, whose layers are its own)."""
-
-    def children(layer):  # Keras' order: a model's layers, then the attributes' in assignment order
-        held = (list(layer.layers) if isinstance(layer, keras.Model) else []) + list(_held_layers(vars(layer).values()))
-        return list({id(child): child for child in held}.values())  # each once, in its first place
-
-    found, seen = [], {id(target)}
-    pending = collections.deque(children(target))
-    while pending:
-        layer = pending.popleft()
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        found.append(layer)
-        pending.extendleft(children(layer))
-    return found
-
-
 def _hard_layers(target, estimator):
     if isinstance(target, HardAttention):
         layers = [target]
     else:
-        layers = [layer for layer in _layers_within(target) if isinstance(layer, HardAttention)]
+        layers = [layer for layer in nested_layers(target) if isinstance(layer, HardAttention)]
     return [layer for layer in layers if layer.estimator == estimator]
 
 

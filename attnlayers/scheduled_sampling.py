@@ -39,6 +39,7 @@ import random
 import keras
 from keras import ops
 
+from attnlayers.layer_walk import nested_layers
 from attnlayers.training_step import count_step, step_counter
 from attnlayers.validation import is_number, one_of
 
@@ -404,21 +405,11 @@ def get_sampler(identifier, seed=None):
 
 
 def find_samplers(model):
-    """The :class:`ScheduledSampler` layers of ``model`` (itself included), in the order of ``model.layers``: the
-    model's layers and, recursively, those of the models among them. ``keras.Model.layers`` (a model's direct
-    sublayers) is the public list Keras has; a plain layer does not list its sublayers, so a sampler owned by a
-    layer that is not a model is not found (hand it to :class:`ScheduledSamplingLogger` instead)."""
-    found, seen, pending = [], set(), [model]
-    while pending:
-        layer = pending.pop(0)
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        if isinstance(layer, ScheduledSampler):
-            found.append(layer)
-        elif isinstance(layer, keras.Model):
-            pending[:0] = layer.layers  # depth first, in the model's order
-    return found
+    """The :class:`ScheduledSampler` layers of ``model`` (itself included), in Keras' order of its layers
+    (:func:`attnlayers.layer_walk.nested_layers`: a model's layers and the layers any layer holds)."""
+    if isinstance(model, ScheduledSampler):
+        return [model]
+    return [layer for layer in nested_layers(model) if isinstance(layer, ScheduledSampler)]
 
 
 class ScheduledSamplingLogger(keras.callbacks.Callback):
@@ -439,9 +430,8 @@ class ScheduledSamplingLogger(keras.callbacks.Callback):
     def _epsilon(self):
         found = [self.sampler] if self.sampler is not None else find_samplers(self.model)
         if not found:
-            raise ValueError(f"ScheduledSamplingLogger found no ScheduledSampler in model {self.model.name!r} (its "
-                             "layers and those of the models among them); build the model with scheduled_sampling=... "
-                             "or pass the sampler.")
+            raise ValueError(f"ScheduledSamplingLogger found no ScheduledSampler in model {self.model.name!r}; build "
+                             "the model with scheduled_sampling=... or pass the sampler.")
         sampler = found[0]
         # The count is of steps run: the last step used eps at count - 1.
         return sampler.schedule.value(max(0.0, float(ops.convert_to_numpy(sampler.iterations.value)) - 1.0))

@@ -13,6 +13,7 @@ from keras import ops
 
 import attnlayers as al
 from attnlayers import scheduled_sampling as ss
+from attnlayers.layer_walk import nested_layers
 from attnlayers.recurrent import BahdanauDecoder, LuongDecoder
 
 B, T, S, D, E, U, V = 3, 5, 4, 6, 4, 8, 7
@@ -344,17 +345,26 @@ def test_fit_under_mirrored_strategy_equals_one_device(rng):
     assert max(np.abs(a - b).max() for a, b in zip(one.get_weights(), initial)) > 1e-3  # it trained
 
 
-def test_find_samplers_walks_the_models_layers():
-    """Through ``keras.Model.layers``, recursively: a sampler of a model nested in the model is found."""
+def test_find_samplers_walks_the_nested_layers():
+    """Keras' order of the layers (attnlayers.layer_walk, public means only): a sampler of a model nested in the
+    model, and one that a plain layer holds in a list, are found."""
     inner = TinySeq2Seq()
+
+    class Holder(keras.layers.Layer):  # a plain layer, not a model: its sublayers are in its attributes only
+        def __init__(self):
+            super().__init__()
+            self.parts = [keras.layers.Dense(2), ss.ScheduledSampler("linear:1,0.1")]
 
     class Outer(keras.Model):
         def __init__(self):
             super().__init__()
-            self.dense, self.inner = keras.layers.Dense(2), inner
+            self.dense, self.inner, self.holder = keras.layers.Dense(2), inner, Holder()
 
-    assert ss.find_samplers(Outer()) == [inner.sampler] and ss.find_samplers(inner.sampler) == [inner.sampler]
+    outer = Outer()
+    assert ss.find_samplers(outer) == [inner.sampler, outer.holder.parts[1]]
+    assert ss.find_samplers(inner.sampler) == [inner.sampler]
     assert ss.find_samplers(keras.Sequential([keras.layers.Dense(2)])) == []
+    assert [id(x) for x in nested_layers(outer)] == [id(x) for x in outer._flatten_layers(include_self=False)]
 
 
 def test_logger_without_a_sampler_says_so(rng):
