@@ -35,7 +35,8 @@ import warnings
 import numpy as np
 
 from .backup import BackupAndRestore
-from .callbacks import BestWeights, StepCounter, TimeBudget
+from .callbacks import BestWeights, ProgressLog, StepCounter, TimeBudget
+from .cli import UNBOUNDED_EPOCHS
 from .distribution import is_chief
 
 
@@ -175,6 +176,10 @@ def _is_dataset(data):
     return type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec")
 
 
+#: With a time budget alone and ``verbose=1``: a progress line every this many seconds of training, mid-epoch too.
+PROGRESS_SECONDS = 30.0
+
+
 def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluate=None, pictures=None,
                export=None, out_dir=None, record=None, fit_kwargs=None, verbose=1, strategy=None, build=True,
                results_file="results.json", print_fn=None):
@@ -195,7 +200,9 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
         record: fields written first in the result (model name, data, settings).
         fit_kwargs: more ``fit`` arguments (``steps_per_epoch``, ``class_weight``, ...).
         verbose: ``fit``'s verbosity; 1 (the progress bar) becomes 2 (a line per epoch) when standard output is
-            not a terminal, where a bar writes a line per step (:func:`fit_verbosity`).
+            not a terminal, where a bar writes a line per step (:func:`fit_verbosity`). A run bounded by a
+            :class:`TimeBudget` alone (``epochs`` = ``UNBOUNDED_EPOCHS``) prints :class:`ProgressLog`'s lines
+            instead (the step and the time against the budget; with 1 also every :data:`PROGRESS_SECONDS`).
         strategy: the ``tf.distribute`` strategy the model was built under (the model is built in its scope).
         build: call the model once on the first batch's inputs before ``fit`` when it is not built yet (so that
             ``BackupAndRestore`` restores into existing variables).
@@ -221,6 +228,12 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
     for callback in callbacks:  # a resumed run's budget and schedule count the seconds before the interruption
         if hasattr(callback, "follow_backup") and getattr(callback, "backup", None) is None:
             callback.follow_backup(backup)
+    budget = _find(callbacks, TimeBudget)
+    if budget is not None and epochs >= UNBOUNDED_EPOCHS and verbose in (1, 2) and _find(callbacks, ProgressLog) is None:
+        # Bounded by the budget alone, fit's bar would read "Epoch 1/100000": lines with the step and the time
+        # against the budget instead (with verbose=1 also every PROGRESS_SECONDS mid-epoch).
+        callbacks.insert(0, ProgressLog(budget=budget, every=PROGRESS_SECONDS if verbose == 1 else None))
+        verbose = 0
     if build and not model.built:
         x = next(iter(train))[0]
         with strategy.scope() if strategy is not None else contextlib.nullcontext():

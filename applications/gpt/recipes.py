@@ -44,14 +44,13 @@ import numpy as np
 
 from attnlayers.validation import positive_int
 from ..core.cli import budget_epochs
+from ..core.recipe import PROGRESS_SECONDS
 
 CHECKPOINT_DIR, TOKENIZER_DIR = "checkpoint", "tokenizer"
 DEFAULT_OUT = os.path.join("artifacts", "gpt", "kjv")
 #: The held-out metric whose best epoch's weights are kept (exact and token-weighted, unlike "val_loss", keras' mean
 #: of the batches' losses).
 BEST_MONITOR = "val_perplexity"
-#: With a time budget and ``verbose=1``: a progress line every this many seconds of training, mid-epoch too.
-PROGRESS_SECONDS = 30.0
 
 
 def default_out(corpus):
@@ -258,7 +257,7 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
         strategy: the ``tf.distribute`` strategy (None: the default one).
         verbose: ``fit``'s verbosity; with a time budget (``settings.minutes``), 1 and 2 print
             ``core.ProgressLog``'s lines instead (an epoch's steps, the step and the time against the budget, and
-            the metrics: at each epoch's end, and with 1 also every :data:`PROGRESS_SECONDS` seconds mid-epoch).
+            the metrics: at each epoch's end, and with 1 also every ``core.recipe.PROGRESS_SECONDS`` seconds mid-epoch).
         results_file, record: see :func:`~attnlayers.applications.core.run_recipe`.
         tensorboard, backup: add those callbacks.
         corpus: the corpus' name for the record.

@@ -180,3 +180,24 @@ def test_a_resumed_budgeted_schedule_goes_on_from_the_seconds_before():
     schedule.follow_backup(Restored())
     schedule._start = __import__("time").perf_counter()
     assert schedule.progress() == pytest.approx(0.5, abs=0.01)
+
+
+def test_a_run_bounded_by_its_budget_alone_says_steps_and_time_not_epoch_of_100000(capsys):
+    """Every script's --minutes without --epochs: fit's epochs are UNBOUNDED_EPOCHS, so its bar would read
+    "Epoch 1/100000"; run_recipe prints ProgressLog's lines against the budget instead."""
+    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x, y = np.ones((8, 3), "float32"), np.zeros((8, 1), "float32")
+
+    class StopAfterTwo(keras.callbacks.Callback):  # the budget (10 minutes) would stop it much later
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.stop_training = epoch >= 1
+
+    callbacks = core.standard_callbacks(None, minutes=10) + [StopAfterTwo()]
+    result = core.run_recipe(model, x, epochs=UNBOUNDED_EPOCHS, callbacks=callbacks, fit_kwargs={"y": y,
+                             "batch_size": 4}, verbose=2)
+    printed = capsys.readouterr().out
+    assert result["training"]["epochs"] == 2 and "/100000" not in printed and "Epoch 1/" not in printed
+    assert "epoch 1: 2 steps" in printed and "step 4, " in printed and " of 10:00 budget" in printed
