@@ -135,7 +135,8 @@ def make_dataset(
             targets are cut (a warning counts them, see `count_truncated`).
         shuffle: shuffle pairs and batch them by length (for training); False keeps the order (for
             evaluation), each batch padded to its longest sequence.
-        seed: shuffle seed.
+        seed: shuffle seed; tf.data combines it with the global seed (`keras.utils.set_random_seed`), so the order
+            is fixed by both (and by how often the dataset was iterated before).
         bucket_boundaries: length boundaries of the buckets, on max(source length, target_in length); a
             bucket holds the lengths up to and including its boundary. None uses
             `default_bucket_boundaries(max(max_source_length, max_target_length))`.
