@@ -29,7 +29,8 @@ FLAGS = ["--config", "tiny", "--vocab-size", "300", "--sequence-length", "16", "
 
 def _settings(**overrides):
     return recipes.TrainingSettings(**{"vocabulary_size": 300, "sequence_length": 16, "batch_size": 8, "epochs": 2,
-                                       "learning_rate": 3e-3, "held_out": 0.2, "jit_compile": False, **overrides})
+                                       "learning_rate": 3e-3, "held_out": 0.2,
+                                       "jit_compile": keras.backend.backend() == "jax", **overrides})  # as FLAGS
 
 
 class Keep(keras.callbacks.Callback):
