@@ -289,7 +289,8 @@ class LinformerAttention(MultiHeadAttention):
             queries = query_mask[:, :, None] if self._headwise_sharing else query_mask[:, None, :, None]
         return masking.combine_masks(queries, projected)
 
-    def _compute_attention(self, query, key, value, attention_mask=None, training=None, attention_bias=None):
+    def _compute_attention(self, query, key, value, attention_mask=None, training=None, return_attention_scores=False,
+                           use_causal_mask=False, attention_bias=None):
         """softmax(Q W^Q (E K W^K)^T / sqrt(d_k)) F V W^V (eq. 7), given the projected keys and values: the dense
         attention of :class:`MultiHeadAttention` over the k projected positions (S = k below).
 
@@ -300,7 +301,8 @@ class LinformerAttention(MultiHeadAttention):
         Returns:
             ``(attention_output (B, T, N, Hv), attention_scores (B, N, T, k))``.
         """
-        return super()._compute_attention(query, key, value, attention_mask, training, attention_bias)
+        return super()._compute_attention(query, key, value, attention_mask, training, return_attention_scores,
+                                          use_causal_mask, attention_bias=attention_bias)
 
     def compute_output_spec(self, query, value, key=None, return_attention_scores=False, **kwargs):
         def spec(shape):

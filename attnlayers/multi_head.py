@@ -19,6 +19,7 @@ import keras
 from keras import backend, ops
 
 from attnlayers import chunked, fused, kv_cache, masking
+from attnlayers.attention_axes import AxesFold, normalize_attention_axes
 from attnlayers.scoring import DotScore, ScaledDotScore, get_score, serialize_score
 from attnlayers.validation import (
     check_feature_size,
@@ -58,6 +59,35 @@ class AttentionOutputs(collections.namedtuple("AttentionOutputs", ["output", "sc
         parts = (self.output,) + ((self.scores,) if return_attention_scores else ())
         parts += () if self.cache is None else (self.cache,)
         return parts[0] if len(parts) == 1 else parts
+
+
+def _keras_positive_int(value, name, allow_none=False):
+    """``value`` as an int > 0 (or None when ``allow_none``); else keras' ValueError for that argument."""
+    if allow_none and value is None:
+        return None
+    if not is_int(value) or value <= 0:
+        expected = "a positive integer or `None`" if allow_none else "a positive integer"
+        raise ValueError(f"Received an invalid value for argument `{name}`, expected {expected}. Received: "
+                         f"{name}={value!r}")
+    return int(value)
+
+
+#: The values of ``MultiHeadAttention(causal_alignment=...)``: where the T queries sit among S keys when no
+#: ``cache_update_index`` says it. "top_left": query t at position t (keras' rule: query t sees keys 0..t);
+#: "bottom_right": the queries are the last T positions, query t at S - T + t (a continuation of the keys, as in
+#: decoding a chunk against a filled cache).
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def _check_key_value_shapes(value_shape, key_shape):
+    """keras' rule: ``key`` and ``value`` agree on every axis but the last."""
+    value_shape, key_shape = tuple(value_shape), tuple(key_shape)
+    if len(value_shape) != len(key_shape) or not all(
+            same_size(a, b) for a, b in zip(value_shape[1:-1], key_shape[1:-1])):
+        raise ValueError(
+            "All dimensions of `value` and `key`, except the last one, must be equal. Received: value_shape="
+            f"{format_shape(value_shape)} and key_shape={format_shape(key_shape)}"
+        )
 
 
 def _length(x):
@@ -287,13 +317,14 @@ class MultiHeadAttention(keras.layers.Layer):
         position_bias=None,
         implementation="auto",
         memory_efficient=None,
+        causal_alignment="top_left",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.supports_masking = True
-        self._num_heads = positive_int(num_heads, "num_heads")
-        self._key_dim = positive_int(key_dim, "key_dim")
-        self._value_dim = positive_int(value_dim, "value_dim", allow_none=True) or self._key_dim
+        self._num_heads = _keras_positive_int(num_heads, "num_heads")
+        self._key_dim = _keras_positive_int(key_dim, "key_dim")
+        self._value_dim = _keras_positive_int(value_dim, "value_dim", allow_none=True) or self._key_dim
         self._num_key_value_heads = positive_int(num_key_value_heads, "num_key_value_heads", allow_none=True)
         kv_heads = self._num_key_value_heads or self._num_heads
         if self._num_heads % kv_heads:
@@ -310,8 +341,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 is_int(d) and d > 0 for d in output_shape
             ):
                 raise ValueError(
-                    f"`output_shape` must be None, a positive int or a tuple of positive ints; received "
-                    f"output_shape={output_shape!r}."
+                    f"Invalid `output_shape`: {output_shape!r}. It must be None, a positive int or a tuple of positive "
+                    "ints."
                 )
             output_shape = tuple(int(d) for d in output_shape)
         else:
@@ -319,18 +350,26 @@ class MultiHeadAttention(keras.layers.Layer):
         self._output_shape = output_shape
         if attention_axes is not None:
             axes = (attention_axes,) if is_int(attention_axes) else attention_axes
-            if not isinstance(axes, (tuple, list)) or tuple(axes) not in ((1,), (-2,)):
+            if not isinstance(axes, (tuple, list)) or not axes or not all(is_int(axis) for axis in axes):
                 raise ValueError(
-                    "attnlayers.MultiHeadAttention attends over the sequence axis of (batch, length, dim) "
-                    f"inputs only: `attention_axes` must be None, 1 or -2; received attention_axes="
+                    f"`attention_axes` must be None, an int, or a list or tuple of ints; received attention_axes="
                     f"{attention_axes!r}."
                 )
-            attention_axes = tuple(axes)
+            attention_axes = tuple(int(axis) for axis in axes)
         self._attention_axes = attention_axes
+        self._fold = None  # an AxesFold where inputs are not (B, T, D) attended over axis 1 (set by build)
+        if causal_alignment not in CAUSAL_ALIGNMENTS:
+            raise ValueError(f"`causal_alignment` must be one of {CAUSAL_ALIGNMENTS}; received "
+                             f"causal_alignment={causal_alignment!r}.")
+        self._causal_alignment = causal_alignment
         self._sliding_window = positive_int(sliding_window, "sliding_window", allow_none=True)
         self._use_gate = bool(use_gate)
         self._implementation = _resolve_implementation(implementation, flash_attention, memory_efficient)
         self._flash_attention = flash_attention
+        if flash_attention and self._dropout > 0:
+            # keras' refusal, word for word; implementation="chunked" keeps the dropout.
+            raise ValueError("Dropout is not supported when flash attention is enabled. Please set dropout to 0.0 to "
+                             "use flash attention (or implementation='chunked', which applies it).")
         self._last_attention = None
         self._kernel_initializer = keras.initializers.get(kernel_initializer)
         self._bias_initializer = keras.initializers.get(bias_initializer)
@@ -408,13 +447,13 @@ class MultiHeadAttention(keras.layers.Layer):
         check_tensor(query_shape, "query", _SEQUENCE)
         check_tensor(value_shape, "value", _SEQUENCE)
         key_shape = value_shape if key_shape is None else key_shape
+        _check_key_value_shapes(value_shape, key_shape)
+        fold = self._axes_fold(query_shape, value_shape, key_shape)
+        if not fold.is_sequence:  # attention over other axes: the sublayers see the folded (B', L, D) sequences
+            self._fold = fold
+            query_shape, value_shape, key_shape = (fold.folded_shape(s) for s in (query_shape, value_shape, key_shape))
         for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
             check_rank(shape, 3, name, _SEQUENCE)
-        if not same_size(key_shape[1], value_shape[1]):
-            raise ValueError(
-                f"`key` and `value` must have the same length; received key shape {format_shape(key_shape)} "
-                f"and value shape {format_shape(value_shape)}."
-            )
         # Feature sizes the projections are built for; a later call must match them.
         self._built_sizes = (query_shape[-1], value_shape[-1], key_shape[-1])
         n, n_kv, h, hv = self._num_heads, self.num_key_value_heads, self._key_dim, self._value_dim
@@ -462,12 +501,25 @@ class MultiHeadAttention(keras.layers.Layer):
             if not self._position_bias.built:
                 self._position_bias.build(head_query, head_key)
 
+    def _axes_fold(self, query_shape, value_shape, key_shape):
+        """The :class:`~attnlayers.attention_axes.AxesFold` of inputs of these shapes and ``attention_axes``."""
+        rank = len(query_shape)
+        if rank < 3:
+            raise ValueError(f"`query` must have shape (batch, ..., dim) with at least one axis to attend over; "
+                             f"received shape {format_shape(query_shape)}.")
+        for name, shape in (("value", value_shape), ("key", key_shape)):
+            if len(shape) != rank:
+                raise ValueError(f"`{name}` must have the rank of `query` ({rank}); received shapes query "
+                                 f"{format_shape(query_shape)}, {name} {format_shape(shape)}.")
+        return AxesFold(rank, normalize_attention_axes(self._attention_axes, rank))
+
     # ------------------------------------------------------------------------------------------------
     # Checks
 
     def _check_inputs(self, query, value, key, cache, cache_update_index, attention_bias):
         check_tensor(query, "query", _SEQUENCE)
         check_tensor(value, "value", _SEQUENCE)
+        _check_key_value_shapes(value.shape, key.shape)
         for name, x in (("query", query), ("value", value), ("key", key)):
             check_rank(x.shape, 3, name, _SEQUENCE)
         projected = (("query", query),)
@@ -482,11 +534,7 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"`{name}` must have the batch size of `query`: expected {batch}; received shape "
                     f"{format_shape(x.shape)}."
                 )
-        if not same_size(key.shape[1], value.shape[1]):
-            raise ValueError(
-                f"`key` and `value` must have the same length; received key shape {format_shape(key.shape)} "
-                f"and value shape {format_shape(value.shape)}."
-            )
+        _check_key_value_shapes(value.shape, key.shape)
         if cache is None:
             if cache_update_index is not None:
                 raise ValueError(
@@ -550,6 +598,53 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_bias=None,
     ):
         key = value if key is None else key
+        if self._flash_attention and return_attention_scores:
+            raise ValueError("Returning attention scores is not supported when flash attention is enabled. Please "
+                             "disable flash attention to access attention scores.")
+        arguments = dict(query_mask=query_mask, value_mask=value_mask, key_mask=key_mask,
+                         attention_mask=attention_mask, return_attention_scores=return_attention_scores,
+                         training=training, use_causal_mask=use_causal_mask, cache=cache,
+                         cache_update_index=cache_update_index, attention_bias=attention_bias)
+        if self._fold is not None:
+            return self._call_over_axes(query, value, key, **arguments)
+        return self._call_sequences(query, value, key, **arguments)
+
+    def _call_over_axes(self, query, value, key, attention_mask, return_attention_scores, use_causal_mask,
+                        training, **unsupported):
+        """Attention over ``attention_axes`` of rank-r inputs: the sequences of :class:`AxesFold` attended as
+        (B', T', D) and unfolded into keras' layouts (see :mod:`attnlayers.attention_axes`)."""
+        fold = self._fold
+        _check_key_value_shapes(value.shape, key.shape)
+        given = [name for name, argument in unsupported.items() if argument is not None]
+        if given:
+            raise ValueError(
+                f"Attention over attention_axes={fold.axes} of rank-{fold.rank} inputs takes `attention_mask` (keras' "
+                f"layout) but not {', '.join(f'`{name}`' for name in given)}: those are defined for (batch, length, "
+                "dim) sequences."
+            )
+        single_axis = len(fold.axes) == 1
+        ordered = [name for name, used in (("use_causal_mask", use_causal_mask),
+                                           ("sliding_window", self._sliding_window),
+                                           ("rotary", self._hooks.rotary),
+                                           ("position_bias", self._hooks.position_bias)) if used]
+        if ordered and not single_axis:
+            raise ValueError(
+                f"{', '.join(f'`{name}`' for name in ordered)} order the positions along one axis; this layer attends "
+                f"over {len(fold.axes)} axes {fold.axes} at once. Attend over one axis, or pass an `attention_mask`."
+            )
+        mask = None if attention_mask is None else fold.fold_mask(attention_mask, query, key)
+        outputs = AttentionOutputs.unpack(self._call_sequences(
+            fold.fold(query, "query"), fold.fold(value, "value"), fold.fold(key, "key"), attention_mask=mask,
+            return_attention_scores=return_attention_scores, training=training, use_causal_mask=use_causal_mask,
+        ), return_attention_scores)
+        scores = None if outputs.scores is None else fold.unfold_scores(outputs.scores, query, key)
+        return AttentionOutputs(fold.unfold_output(outputs.output, query), scores, None).pack(
+            return_attention_scores)
+
+    def _call_sequences(self, query, value, key, query_mask=None, value_mask=None, key_mask=None,
+                        attention_mask=None, return_attention_scores=False, training=None, use_causal_mask=False,
+                        cache=None, cache_update_index=None, attention_bias=None):
+        """The call on (B, T, D) queries and (B, S, D) keys and values."""
         self._check_inputs(query, value, key, cache, cache_update_index, attention_bias)
         # Projections Q W^Q, K W^K, V W^V for all heads: (B, L, D) -> (B, L, N, H).
         static_cache = cache is not None and cache_update_index is None
@@ -565,10 +660,12 @@ class MultiHeadAttention(keras.layers.Layer):
             v = self._value_dense(value) if fused is None else fused[2]
             if cache is not None:
                 k, v, cache, cache_mask = self._update_cache(cache, k, v, cache_update_index)
-        # Query t sits at absolute position start + t: the cache index, or S - T (the last T positions).
-        start = cache_update_index if cache_update_index is not None else _length(k) - _length(q)
+        # Query t sits at absolute position start + t: the cache index, else by `causal_alignment`.
+        start = cache_update_index if cache_update_index is not None else self._query_start(_length(q), _length(k))
         q = self._rotate(q, start)
-        route = self._route(q, k, return_attention_scores, cache, training)
+        attention_mask = self._keras_attention_mask(attention_mask)
+        per_head_mask = attention_mask is not None and len(attention_mask.shape) == 4
+        route = self._route(q, k, return_attention_scores, cache, training, per_head_mask)
         self._last_attention = AttentionRoute(route)  # the fused route adds its kernel
         masks = (query_mask, value_mask, key_mask, attention_mask)
         heads = None
@@ -585,7 +682,7 @@ class MultiHeadAttention(keras.layers.Layer):
             )
             bias = self._compute_attention_bias(q, k, start, attention_bias)
             bias_kwargs = {} if bias is None else {"attention_bias": bias}  # keras' signature when there is none
-            heads, scores = self._compute_attention(q, k, v, mask, training, **bias_kwargs)
+            heads, scores = self._compute_attention(q, k, v, mask, training, return_attention_scores, **bias_kwargs)
         if self._use_gate:
             heads = heads * self._gate_dense(query)
         output = self._output_dense(heads)  # Concat(head_1, ..., head_N) W^O
@@ -632,14 +729,15 @@ class MultiHeadAttention(keras.layers.Layer):
         return self._choose_route(query_length, key_length, dtype or self.compute_dtype, return_attention_scores,
                                   cached, training)
 
-    def _route(self, query, key, return_attention_scores, cache, training):
+    def _route(self, query, key, return_attention_scores, cache, training, per_head_mask=False):
         return self._choose_route(query.shape[1], key.shape[1], query.dtype, return_attention_scores,
-                                  cache is not None, training)
+                                  cache is not None, training, per_head_mask)
 
-    def _choose_route(self, query_length, key_length, dtype, return_attention_scores, cached, training):
+    def _choose_route(self, query_length, key_length, dtype, return_attention_scores, cached, training,
+                      per_head_mask=False):
         if self._implementation == "exact" or cached:  # a cached call (decoding) attends over its cache exactly
             return "exact"
-        blocked = self._route_refusal(return_attention_scores)
+        blocked = self._route_refusal(return_attention_scores, per_head_mask)
         refusals = {
             "chunked": blocked or self._chunked_refusal(),
             "fused": blocked or self._fused_refusal(dtype, training, explicit=self._implementation == "fused"),
@@ -658,7 +756,7 @@ class MultiHeadAttention(keras.layers.Layer):
             return "chunked"
         return "exact"
 
-    def _route_refusal(self, return_attention_scores):
+    def _route_refusal(self, return_attention_scores, per_head_mask=False):
         """Why neither the chunked nor the fused route can compute a call (a sentence), or None."""
         base = MultiHeadAttention
         overridden = [
@@ -671,6 +769,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return "it never forms the attention weights; received return_attention_scores=True"
         if overridden:
             return f"{type(self).__name__} overrides {', '.join(overridden)}"
+        if per_head_mask:
+            return "it takes one attention mask for all heads; received a per-head (batch, num_heads, T, S) mask"
         return None
 
     def _chunked_refusal(self):
@@ -915,27 +1015,38 @@ class MultiHeadAttention(keras.layers.Layer):
         Args:
             query: (B, T, ...) and value: (B, S, ...) tensors; only their batch sizes and lengths are read.
             query_mask: (B, T). value_mask, key_mask: (B, S) (with a cache, S is the cache length).
-            attention_mask: (B, T, S), True = may attend; axes of size 1 broadcast.
+            attention_mask: (B, T, S), (T, S), or per head (B, N, T, S); True (nonzero) = may attend; axes of
+                size 1 broadcast.
             use_causal_mask: query t attends keys up to its own absolute position only.
-            start_index: absolute position of query 0 (default S - T), the offset of the causal rule and
-                of the window.
+            start_index: absolute position of query 0 (default: 0, or S - T with
+                ``causal_alignment="bottom_right"``), the offset of the causal rule and of the window.
             cache_mask: (1, 1, S) positions of a cache written so far, or None.
             cached: whether S counts cache positions (for the error message of a misplaced key mask).
 
         Returns:
-            Boolean mask broadcastable to (B, T, S), or None when nothing is masked.
+            Boolean mask broadcastable to (B, T, S) (to (B, N, T, S) with a per-head ``attention_mask``), or None
+            when nothing is masked.
         """
         query_length, key_length = _length(query), _length(value)
         query_mask, key_padding, attention_mask = self._mask_pieces(
             query, value, query_mask, value_mask, key_mask, attention_mask, cached
         )
+        per_head = attention_mask if attention_mask is not None and len(attention_mask.shape) == 4 else None
+        start = self._query_start(query_length, key_length) if start_index is None else start_index
         mask = masking.compute_attention_mask(
-            query_length, key_length, query_mask, key_padding, attention_mask, use_causal_mask, offset=start_index
+            query_length, key_length, query_mask, key_padding, None if per_head is not None else attention_mask,
+            use_causal_mask, offset=start,
         )
         if self._sliding_window is not None:
-            start = key_length - query_length if start_index is None else start_index
             mask = masking.combine_masks(mask, self._window_mask(query_length, key_length, start)[None])
-        return masking.combine_masks(mask, cache_mask)
+        mask = masking.combine_masks(mask, cache_mask)
+        if per_head is None:
+            return mask
+        return per_head if mask is None else ops.logical_and(ops.expand_dims(mask, 1), per_head)  # (B, N, T, S)
+
+    def _query_start(self, query_length, key_length):
+        """The absolute position of query 0 among the keys when no cache index gives it (``causal_alignment``)."""
+        return 0 if self._causal_alignment == "top_left" else key_length - query_length
 
     def _mask_pieces(self, query, value, query_mask, value_mask, key_mask, attention_mask, cached=False):
         """The validated mask pieces of a call: query padding (B, T), key padding (B, S) (value_mask AND
@@ -944,8 +1055,28 @@ class MultiHeadAttention(keras.layers.Layer):
         (batch, query_length), key_length = ops.shape(query)[:2], ops.shape(value)[1]
         query_mask = masking.check_mask(query_mask, "query_mask", (batch, query_length))
         key_padding = self._key_side_mask(value_mask, key_mask, batch, key_length, cached)
-        attention_mask = masking.check_mask(attention_mask, "attention_mask", (batch, query_length, key_length))
+        attention_mask = self._keras_attention_mask(attention_mask)
+        expected = (batch, query_length, key_length)
+        if attention_mask is not None and len(attention_mask.shape) == 4:
+            expected = (batch, self._num_heads, query_length, key_length)
+        attention_mask = masking.check_mask(attention_mask, "attention_mask", expected)
         return query_mask, key_padding, attention_mask
+
+    @staticmethod
+    def _keras_attention_mask(mask):
+        """keras' attention-mask shapes as this layer's: (T, S) -> (1, T, S); (B|1, 1, T, S) -> (B|1, T, S); a
+        per-head (B|1, N, T, S) kept; a float mask as keras' cast to bool (nonzero = may attend: an additive 0 / -inf
+        mask goes to `attention_bias` instead)."""
+        if mask is None:
+            return None
+        mask = ops.convert_to_tensor(mask)
+        if "float" in backend.standardize_dtype(mask.dtype):
+            mask = ops.not_equal(mask, 0)
+        if len(mask.shape) == 2:
+            return mask[None]
+        if len(mask.shape) == 4 and mask.shape[1] == 1:
+            return mask[:, 0]
+        return mask
 
     def _key_side_mask(self, value_mask, key_mask, batch, key_length, cached):
         masks = []
@@ -986,8 +1117,9 @@ class MultiHeadAttention(keras.layers.Layer):
             total = total + ops.cast(bias, "float32")
         return ops.maximum(total, masking.large_negative("float32"))
 
-    def _compute_attention(self, query, key, value, attention_mask=None, training=None, attention_bias=None):
-        """Attention over projected per-head tensors, keras' override point:
+    def _compute_attention(self, query, key, value, attention_mask=None, training=None, return_attention_scores=False,
+                           use_causal_mask=False, attention_bias=None):
+        """Attention over projected per-head tensors, keras' override point (keras 3.15's arguments):
         softmax(Q K^T / sqrt(d_k) + bias) V per head (Vaswani et al. 2017, eq. 1), with the layer's score.
 
         Args:
@@ -995,13 +1127,21 @@ class MultiHeadAttention(keras.layers.Layer):
             key: (B, S, N_kv, H) projected keys; value: (B, S, N_kv, Hv) projected values.
             attention_mask: boolean, broadcastable to (B, T, S) or (B, N, T, S), True = may attend; or None.
             training: enables dropout on the weights.
-            attention_bias: (1 or B, N or 1, T, S) additive logit bias, or None. Passed only when there is
-                one, so an override with keras' signature works for layers without position biases.
+            return_attention_scores: keras' argument; the weights are returned either way.
+            use_causal_mask: also apply the causal rule (``causal_alignment``) to ``attention_mask``. ``call``
+                puts the causal rule into ``attention_mask`` itself and passes neither this nor ``attention_bias``
+                unless set, so an override with keras' (or keras' older) signature works.
+            attention_bias: (1 or B, N or 1, T, S) additive logit bias, or None.
 
         Returns:
             ``(attention_output, attention_scores)``: (B, T, N, Hv) heads and the (B, N, T, S) weights
             actually applied (after dropout). A query with no visible key gets zero weights.
         """
+        if use_causal_mask:
+            query_length, key_length = _length(query), _length(key)
+            causal = masking.causal_mask(query_length, key_length, self._query_start(query_length, key_length))
+            attention_mask = causal[None] if attention_mask is None else ops.logical_and(
+                ops.cast(attention_mask, "bool"), causal)
         logits = self._compute_logits(query, key)  # (B, N, T, S)
         if attention_bias is not None:
             # Added in float32: under mixed precision a large negative bias overflows float16.
@@ -1052,10 +1192,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
     @staticmethod
     def _zero_invisible_queries(output, mask):
-        """A query with nothing visible outputs 0 (not the output bias)."""
+        """A query with nothing visible (in any head) outputs 0 (not the output bias)."""
         if mask is None:
             return output
         visible = ops.any(mask, axis=-1)
+        if len(mask.shape) == 4:  # a per-head mask (B, N, T, S)
+            visible = ops.any(visible, axis=1)
         visible = ops.reshape(visible, ops.shape(visible) + (1,) * (len(output.shape) - 2))
         return ops.where(visible, output, ops.zeros_like(output))
 
@@ -1064,6 +1206,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         query_shape = tuple(query_shape)
+        _check_key_value_shapes(value_shape, value_shape if key_shape is None else key_shape)
         if self._output_shape:
             return query_shape[:-1] + self._output_shape
         return query_shape
@@ -1088,9 +1231,13 @@ class MultiHeadAttention(keras.layers.Layer):
             return keras.KerasTensor(tuple(shape), dtype=self.compute_dtype)
 
         key_length = cache.shape[2] if cache is not None else value.shape[1]
+        scores_shape = (query.shape[0], self._num_heads, query.shape[1], key_length)
+        fold = self._axes_fold(query.shape, value.shape, value.shape if key is None else key.shape)
+        if not fold.is_sequence:
+            scores_shape = fold.scores_shape(query.shape, value.shape, self._num_heads)
         return AttentionOutputs(
-            spec(self.compute_output_shape(query.shape, value.shape)),
-            spec((query.shape[0], self._num_heads, query.shape[1], key_length)),
+            spec(self.compute_output_shape(query.shape, value.shape, None if key is None else key.shape)),
+            spec(scores_shape),
             None if cache is None else spec(cache.shape),
         ).pack(return_attention_scores)
 
@@ -1119,6 +1266,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "rotary": _serialize_layer(self._hooks.rotary),
             "position_bias": _serialize_layer(self._hooks.position_bias),
             "implementation": self._implementation,
+            "causal_alignment": self._causal_alignment,
         }
 
     @classmethod

@@ -348,7 +348,9 @@ def test_errors_and_config():
         (lambda: MultiHeadAttention(N, H, score="general", memory_efficient=True)(x, x), "score"),
         (lambda: MultiHeadAttention(N, H, position_bias=ALiBi(N), memory_efficient=True)(x, x), "position_bias"),
         (lambda: MultiHeadAttention(N, H, flash_attention=True)(x, x, return_attention_scores=True),
-         "flash_attention=True"),
+         "Returning attention scores is not supported when flash attention is enabled"),  # keras' words
+        (lambda: MultiHeadAttention(N, H, flash_attention=True, dropout=0.1),
+         "Dropout is not supported when flash attention is enabled"),
         (lambda: MultiHeadAttention(N, H, implementation="chunked")(x, x, return_attention_scores=True),
          "implementation='chunked'.*return_attention_scores"),
         (lambda: chunked_attention(*_inputs(rng), query_chunk_size=0), "query_chunk_size"),

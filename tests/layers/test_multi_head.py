@@ -138,21 +138,22 @@ def test_matches_numpy_with_masks(rng):
 
 def test_position_hooks_change_logits_as_numpy_says(rng):
     x, _ = _data(rng, t=S)
-    xs = x[:, S - T :]  # T queries against S keys: the queries sit at positions S - T .. S - 1
+    xs = x[:, S - T :]  # T queries against S keys: the queries sit at positions S - T .. S - 1 (bottom right)
     # Rotary (queries and keys rotated at their positions) + ALiBi + GQA, causal.
-    layer = MultiHeadAttention(4, H, num_key_value_heads=2, rotary=RotaryEmbedding(), position_bias=ALiBi(4))
+    layer = MultiHeadAttention(4, H, num_key_value_heads=2, rotary=RotaryEmbedding(), position_bias=ALiBi(4),
+                               causal_alignment="bottom_right")
     got = layer(xs, x, use_causal_mask=True, return_attention_scores=True)
     ref = np_mha(layer.get_weights(), xs, x, num_heads=4, causal=True, rotary=True, bias=np_alibi(4, T, S))
     cases = [("rotary_alibi_gqa", got, ref)]
     # T5 relative bias, computed for query positions S - T .. S - 1.
     bias_layer = RelativePositionBias(N, num_buckets=8, max_distance=16, embeddings_initializer="random_normal")
-    layer = MultiHeadAttention(N, H, position_bias=bias_layer)
+    layer = MultiHeadAttention(N, H, position_bias=bias_layer, causal_alignment="bottom_right")
     got = layer(xs, x, return_attention_scores=True)
     bias = _np(bias_layer(np.zeros((1, T, 1, 1)), np.zeros((1, S, 1, 1)), start_index=S - T))
     cases.append(("relative_bias", got, np_mha(layer.get_weights()[:8], xs, x, num_heads=N, bias=bias)))
     # An additive bias passed at call time.
     bias = rng.normal(size=(B, 1, T, S)).astype("float32")
-    layer = MultiHeadAttention(N, H)
+    layer = MultiHeadAttention(N, H, causal_alignment="bottom_right")
     got = layer(xs, x, attention_bias=bias, use_causal_mask=True, return_attention_scores=True)
     cases.append(("attention_bias", got, np_mha(layer.get_weights(), xs, x, num_heads=N, bias=bias, causal=True)))
     for name, (out, scores), (ref_out, ref_scores) in cases:
@@ -248,7 +249,8 @@ def test_compute_attention_override_is_used(rng):
     seen = []
 
     class UniformAttention(MultiHeadAttention):
-        def _compute_attention(self, query, key, value, attention_mask=None, training=None):
+        def _compute_attention(self, query, key, value, attention_mask=None, training=None,
+                               return_attention_scores=False):
             seen.append((tuple(query.shape), tuple(key.shape), tuple(value.shape), tuple(attention_mask.shape)))
             weights = ops.where(ops.expand_dims(attention_mask, 1), 1.0, 0.0)  # (B, 1, T, S)
             weights = ops.broadcast_to(weights, (B, self.num_heads, T, S))
@@ -311,7 +313,8 @@ def test_large_negative_attention_bias_under_mixed_precision(rng):
 def test_cached_decoding_equals_full_recomputation(init_kwargs, rng):
     length, prefill = S, 2
     x = rng.normal(size=(B, length, D)).astype("float32")
-    layer = MultiHeadAttention(bias_initializer="random_normal", **init_kwargs)
+    # bottom right: the static-cache call below puts its query after the keys already in the cache.
+    layer = MultiHeadAttention(bias_initializer="random_normal", causal_alignment="bottom_right", **init_kwargs)
     full, full_scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
     full, full_scores = _np(full), _np(full_scores)
     cache = np.zeros((B, 2, length, layer.num_key_value_heads, H), "float32")
@@ -426,7 +429,8 @@ def test_errors(rng):
         ({"num_heads": 2, "key_dim": -1}, "key_dim"),
         ({"num_heads": 2, "key_dim": 4.0}, "key_dim"),
         ({"num_heads": 4, "key_dim": 4, "num_key_value_heads": 3}, "num_key_value_heads"),
-        ({"num_heads": 2, "key_dim": 4, "attention_axes": (1, 2)}, "attention_axes"),
+        ({"num_heads": 2, "key_dim": 4, "attention_axes": "1"}, "attention_axes"),
+        ({"num_heads": 2, "key_dim": 4, "causal_alignment": "bottom"}, "causal_alignment"),
         ({"num_heads": 2, "key_dim": 4, "dropout": 1.0}, "dropout"),
         ({"num_heads": 2, "key_dim": 4, "sliding_window": 0}, "sliding_window"),
         ({"num_heads": 2, "key_dim": 4, "flash_attention": True, "memory_efficient": False}, "flash_attention"),
@@ -440,7 +444,7 @@ def test_errors(rng):
     cache = np.zeros((B, 2, 6, N, H), "float32")
     for call, match in [
         (lambda: layer(q, v[:1]), r"batch size of `query`: expected 2"),
-        (lambda: layer(q, v, v[:, :4]), "same length"),
+        (lambda: layer(q, v, v[:, :4]), "`value` and `key`, except the last one, must be equal"),
         (lambda: layer(q[0], v), r"`query` must have shape \(batch, length, dim\)"),
         (lambda: layer(q, v, cache=np.zeros((B, 2, 6, N, 3), "float32"), cache_update_index=0), r"`cache` must have shape"),
         (lambda: layer(q, v, cache=cache[:1], cache_update_index=0), r"`cache` must have shape \(batch"),
