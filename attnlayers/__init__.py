@@ -12,6 +12,8 @@ from attnlayers import startup
 startup.load_backend()  # keras first; TensorFlow's start-up lines filtered where ATTNLAYERS_QUIET_STARTUP=1
 
 from attnlayers import (  # noqa: E402
+    attention_axes,
+    compat,
     decoding,
     distribution,
     fused,

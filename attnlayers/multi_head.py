@@ -196,13 +196,18 @@ class MultiHeadAttention(keras.layers.Layer):
     - the returned scores are the weights actually applied (after dropout) on every path, and a query with
       no visible key gets zero weights and a zero output (keras gives the mean of the values).
 
-    Query t is taken to sit at absolute position ``S - T + t`` among the S keys (the queries are the last
-    T positions), or at ``cache_update_index + t`` when a cache is updated. This is the offset of the
-    causal mask, the sliding window and the position hooks. (keras aligns its causal mask at the top left
-    instead; the two agree whenever T == S.)
+    Query t is taken to sit at absolute position ``t`` among the S keys (keras' top-left alignment), at
+    ``S - T + t`` with ``causal_alignment="bottom_right"`` (the queries are the last T positions), or at
+    ``cache_update_index + t`` when a cache is updated. This is the offset of the causal mask, the sliding
+    window and the position hooks.
 
-    Override points, as in keras: ``_compute_attention(query, key, value, attention_mask, training)`` maps
-    projected per-head tensors to ``(attention_output (B, T, N, Hv), attention_scores (B, N, T, S))``;
+    Inputs of any rank attend over ``attention_axes`` as keras' layer (2-D attention over (B, H, W, C) images:
+    ``attention_axes=(1, 2)``): :mod:`attnlayers.attention_axes` folds them into (B', T', D) sequences, with keras'
+    output and score layouts and keras' attention-mask alignment.
+
+    Override points, as in keras: ``_compute_attention(query, key, value, attention_mask, training,
+    return_attention_scores, use_causal_mask)`` maps projected per-head tensors to ``(attention_output
+    (B, T, N, Hv), attention_scores (B, N, T, S))``;
     ``_compute_attention_mask`` assembles the boolean mask; ``_update_cache`` writes a call's keys and
     values into the cache.
 
@@ -213,14 +218,18 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout: dropout rate on the attention weights (training only).
         use_bias: whether the projections have biases.
         output_shape: the output's feature shape (int or tuple); defaults to the query's feature size.
-        attention_axes: only None (or the sequence axis, 1 / -2) is supported: inputs are (B, T, D).
+        attention_axes: None (every axis between the batch and the feature axis), an int or a tuple of ints: the
+            axes attended over, as keras. Other than (B, T, D) attended over axis 1, a call takes
+            ``attention_mask`` (keras' layout) but no padding masks, cache or ``attention_bias``; the causal
+            rule, the window and the position hooks need a single attention axis.
         sliding_window: None or a positive int W: query t attends keys within W - 1 positions of its own
             (keras' semantics; combine with ``use_causal_mask`` for a causal sliding window).
         use_gate: gated attention as in keras (a sigmoid gate from the query multiplies the heads).
         flash_attention: keras' switch, an alias of ``implementation``: True is "fused" under JAX (GPU, CPU) and
             "chunked" under TensorFlow (no fused kernel there; the same algorithm in keras ops); False is
             "exact"; None leaves ``implementation`` to decide. keras' global ``enable_flash_attention()`` is
-            not read.
+            not read. As keras, True refuses ``dropout`` > 0 and ``return_attention_scores`` (ValueErrors with
+            keras' words); ``implementation="chunked"`` keeps the dropout.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer, activity_regularizer,
             kernel_constraint, bias_constraint: of the projections, as in keras.
         seed: seed of the dropout.
@@ -254,6 +263,8 @@ class MultiHeadAttention(keras.layers.Layer):
             each call took. A call with a ``cache`` (decoding) always attends over its cache exactly, whatever
             the route.
         memory_efficient: the older alias: True is "chunked", False "exact" (kept so that saved configs load).
+        causal_alignment: "top_left" (default, keras') or "bottom_right": where T queries sit among S keys when
+            no ``cache_update_index`` says it (see above).
 
     Call arguments:
         query: (B, T, D_q).
@@ -263,10 +274,11 @@ class MultiHeadAttention(keras.layers.Layer):
         value_mask: (B, S) boolean padding mask of the keys/values (with a cache: (B, S_max)).
         key_mask: (B, S), combined with ``value_mask``.
             Implicit Keras masks on query / value / key fill these when they are not given.
-        attention_mask: (B, T, S) boolean (True = may attend); axes of size 1 broadcast.
+        attention_mask: (B, T, S), (T, S), (B, 1, T, S) or per head (B, N, T, S); boolean (True = may attend),
+            integer or float (nonzero = may attend, keras' cast); axes of size 1 broadcast.
         return_attention_scores: also return the attention weights.
         training: enables dropout.
-        use_causal_mask: query t attends keys up to its own position only (see the offset above).
+        use_causal_mask: query t attends keys up to its own position only (see the alignment above).
         cache: (B, 2, S_max, N_kv, H) keys and values (``key_dim`` must equal ``value_dim``). With
             ``cache_update_index``, the keys and values of this call are projected, written into the cache
             at that index and attention runs over the whole cache (positions not yet written are masked);
@@ -682,7 +694,8 @@ class MultiHeadAttention(keras.layers.Layer):
             )
             bias = self._compute_attention_bias(q, k, start, attention_bias)
             bias_kwargs = {} if bias is None else {"attention_bias": bias}  # keras' signature when there is none
-            heads, scores = self._compute_attention(q, k, v, mask, training, return_attention_scores, **bias_kwargs)
+            heads, scores = self._invoke_compute_attention(q, k, v, mask, training, return_attention_scores,
+                                                           **bias_kwargs)
         if self._use_gate:
             heads = heads * self._gate_dense(query)
         output = self._output_dense(heads)  # Concat(head_1, ..., head_N) W^O
@@ -1154,9 +1167,15 @@ class MultiHeadAttention(keras.layers.Layer):
             weights = self._dropout_layer(weights, training=training)  # the returned weights are the applied ones
         return self._combine(weights, value), weights
 
+    def _invoke_compute_attention(self, query, key, value, attention_mask, training, return_attention_scores,
+                                  **kwargs):
+        """How ``call`` calls the override point: keras' MultiHeadAttention's positional arguments."""
+        return self._compute_attention(query, key, value, attention_mask, training, return_attention_scores, **kwargs)
+
     def _compute_logits(self, query, key):
-        """(B, T, N, H) queries and (B, S, N_kv, H) keys -> (B, N, T, S) logits."""
-        n, n_kv = self._num_heads, self.num_key_value_heads
+        """(B, T, N, H) queries and (B, S, N_kv, H) keys -> (B, N, T, S) logits; query head n reads key head
+        n // (N / N_kv) (N_kv from the keys: N when a caller repeated them)."""
+        n, n_kv = self._num_heads, key.shape[2]
         groups = n // n_kv
         if self._fused_scale is not None:
             # Q K^T / sqrt(d_k) (eq. 1); the scale goes on the (B, T, N, H) queries, not the logits.
@@ -1181,7 +1200,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _combine(self, weights, value):
         """(B, N, T, S) weights and (B, S, N_kv, Hv) values -> (B, T, N, Hv) heads."""
-        n, n_kv = self._num_heads, self.num_key_value_heads
+        n, n_kv = self._num_heads, value.shape[2]
         groups = n // n_kv
         if groups == 1:
             return ops.einsum("bnts,bsnh->btnh", weights, value)

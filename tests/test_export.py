@@ -314,3 +314,23 @@ def test_options_object():
     expected = generate(lm.next, IDS, LENGTH, options.strategy, cache=lm.initial_cache(IDS, IDS != 0, LENGTH),
                         prompt_mask=IDS != 0, stop_token_ids=[END], seed=SEED, stop_sequences=[[7, 7]])
     np.testing.assert_array_equal(out["token_ids"], np.asarray(expected.tokens))
+
+
+def test_two_dimensional_attention_in_a_savedmodel_equals_keras(tmp_path):
+    """2-D attention over (B, H, W, C) images (attention_axes=(1, 2)) with keras' weights, exported with
+    ``model.export`` and reloaded by TensorFlow alone: keras' MultiHeadAttention's outputs to 1e-6."""
+    from attnlayers import MultiHeadAttention
+
+    def model(layer_class):
+        inputs = keras.Input((3, 4, 8))
+        outputs = layer_class(num_heads=2, key_dim=4, attention_axes=(1, 2), bias_initializer="random_normal")(
+            inputs, inputs)
+        return keras.Model(inputs, outputs)
+
+    theirs, ours = model(keras.layers.MultiHeadAttention), model(MultiHeadAttention)
+    ours.set_weights(theirs.get_weights())
+    ours.export(str(tmp_path / "images"), verbose=False)
+    x = np.random.default_rng(0).normal(size=(2, 3, 4, 8)).astype("float32")
+    loaded = tf.saved_model.load(str(tmp_path / "images"))  # held: its variables live as long as it does
+    served = loaded.serve(tf.constant(x))
+    np.testing.assert_allclose(served.numpy(), keras.ops.convert_to_numpy(theirs(x)), atol=1e-6)
