@@ -86,3 +86,18 @@ def test_refusals_over_several_axes():
         attnlayers.MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=(0,))(x, x)
     with pytest.raises(ValueError, match="attention_axes"):
         attnlayers.MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=(1, 1))(x, x)
+
+
+def test_the_chunked_route_attends_over_axes_as_the_exact_one():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 3, 4, 8)).astype("float32")
+    mask = rng.random((2, 3, 4, 3, 4)) < 0.6
+    mask[..., 0, 0] = True
+    exact = attnlayers.MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=(1, 2), implementation="exact")
+    chunked = attnlayers.MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=(1, 2), implementation="chunked")
+    exact(x, x)
+    chunked(x, x)
+    chunked.set_weights(exact.get_weights())
+    np.testing.assert_allclose(_np(chunked(x, x, attention_mask=mask)), _np(exact(x, x, attention_mask=mask)),
+                               atol=1e-5)
+    assert chunked.last_attention.route == "chunked"
