@@ -546,7 +546,6 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"`{name}` must have the batch size of `query`: expected {batch}; received shape "
                     f"{format_shape(x.shape)}."
                 )
-        _check_key_value_shapes(value.shape, key.shape)
         if cache is None:
             if cache_update_index is not None:
                 raise ValueError(
