@@ -90,6 +90,16 @@ def _check_key_value_shapes(value_shape, key_shape):
         )
 
 
+#: The methods a subclass may override to change what attention computes (keras' and attnlayers' own); a subclass
+#: that overrides any of them is computed on the exact route, which calls them.
+_OVERRIDE_POINTS = ("_compute_attention", "_compute_logits", "_combine", "_compute_attention_mask", "_masked_softmax")
+
+#: keras.layers.MultiHeadAttention's private methods that this layer does not call: a subclass overriding one of them
+#: would change nothing, so it is told at class creation (MultiHeadAttention.__init_subclass__).
+_KERAS_ONLY_METHODS = ("_build_attention", "_compute_causal_mask", "_compute_sliding_window_mask",
+                       "_make_output_dense", "_get_common_kwargs_for_sublayer", "_build_from_signature")
+
+
 def _length(x):
     """Static length (axis 1) when known, else the dynamic one."""
     return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
@@ -208,8 +218,10 @@ class MultiHeadAttention(keras.layers.Layer):
     Override points, as in keras: ``_compute_attention(query, key, value, attention_mask, training,
     return_attention_scores, use_causal_mask)`` maps projected per-head tensors to ``(attention_output
     (B, T, N, Hv), attention_scores (B, N, T, S))``;
-    ``_compute_attention_mask`` assembles the boolean mask; ``_update_cache`` writes a call's keys and
-    values into the cache.
+    ``_compute_attention_mask`` assembles the boolean mask; ``_masked_softmax(attention_scores, attention_mask)``
+    turns (B, N, T, S) logits into weights; ``_update_cache`` writes a call's keys and values into the cache. A
+    subclass that overrides keras' other private methods (``_build_attention``, ``_compute_causal_mask``, ...), which
+    this layer does not call, gets a warning when the class is created.
 
     Args:
         num_heads: N, number of query heads.
@@ -302,6 +314,16 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> cache = ops.zeros((B, 2, max_length, 2, 64))
     >>> y, cache = attention(x_t, x_t, cache=cache, cache_update_index=t, use_causal_mask=True)
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        ignored = [name for name in _KERAS_ONLY_METHODS if name in vars(cls)]
+        if ignored:
+            warnings.warn(
+                f"{cls.__name__} overrides {', '.join(ignored)} of keras.layers.MultiHeadAttention, which "
+                f"attnlayers.MultiHeadAttention does not call; override one of {', '.join(_OVERRIDE_POINTS)} instead.",
+                stacklevel=2,
+            )
 
     def __init__(
         self,
@@ -772,7 +794,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """Why neither the chunked nor the fused route can compute a call (a sentence), or None."""
         base = MultiHeadAttention
         overridden = [
-            name for name in ("_compute_attention", "_compute_logits", "_combine", "_compute_attention_mask")
+            name for name in _OVERRIDE_POINTS
             if getattr(type(self), name) is not getattr(base, name)
         ]
         if self._fused_scale is None:
@@ -925,8 +947,7 @@ class MultiHeadAttention(keras.layers.Layer):
         base = MultiHeadAttention
         overridden = any(
             getattr(type(self), name) is not getattr(base, name)
-            for name in ("_compute_attention", "_compute_logits", "_combine", "_compute_attention_mask",
-                         "_update_cache")
+            for name in _OVERRIDE_POINTS + ("_update_cache",)
         )
         return (
             self._fused_scale is not None and self._hooks.position_bias is None
@@ -1161,10 +1182,16 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = ops.expand_dims(attention_mask, 1)
         # softmax over the keys (eq. 1) in float32 under mixed precision; fully-masked rows get zero weights.
-        weights = ops.cast(masking.masked_softmax(logits, attention_mask), self.compute_dtype)
+        weights = ops.cast(self._masked_softmax(logits, attention_mask), self.compute_dtype)
         if self._dropout_layer is not None:
             weights = self._dropout_layer(weights, training=training)  # the returned weights are the applied ones
         return self._combine(weights, value), weights
+
+    def _masked_softmax(self, attention_scores, attention_mask=None):
+        """keras' override point: softmax over the keys of the (B, N, T, S) logits where ``attention_mask``
+        (broadcastable, True = may attend) allows, in float32 (mixed precision); a row with no visible key gets
+        weights 0."""
+        return masking.masked_softmax(attention_scores, attention_mask)
 
     def _invoke_compute_attention(self, query, key, value, attention_mask, training, return_attention_scores,
                                   **kwargs):

@@ -540,3 +540,23 @@ def test_self_attention_fuses_the_three_projections_into_one_matmul(num_key_valu
         # Gradients of sum(out^2) reach ~75 here: float32 sums taken in another order (unoptimised XLA on JAX)
         # differ by a few ulps of that, 2.3e-5 measured; a wrong kernel would differ by O(1).
         np.testing.assert_allclose(_np(a), _np(b), rtol=1e-6, atol=1e-5)
+
+
+def test_masked_softmax_override_is_used_and_keras_only_overrides_warn(rng):
+    """keras' `_masked_softmax` override point changes the weights (on the exact route, even where "auto" would take
+    another); overriding a keras method this layer never calls warns when the class is made."""
+    q, v = _data(rng)
+
+    class Uniform(MultiHeadAttention):
+        def _masked_softmax(self, attention_scores, attention_mask=None):
+            return ops.ones_like(attention_scores) / ops.cast(ops.shape(attention_scores)[-1], "float32")
+
+    layer = Uniform(N, H, implementation="auto")
+    _, scores = layer(q, v, return_attention_scores=True)
+    np.testing.assert_allclose(_np(scores), np.full((B, N, T, S), 1.0 / S), atol=1e-7)
+    with pytest.raises(ValueError, match="overrides _masked_softmax"):
+        Uniform(N, H, implementation="chunked")(q, v)
+    with pytest.warns(UserWarning, match="overrides _compute_causal_mask .* does not call"):
+        class KerasStyle(MultiHeadAttention):  # noqa: F841
+            def _compute_causal_mask(self, query, value=None):
+                return None
