@@ -54,3 +54,19 @@ def load_keras_tests(name, substitutes, skips=None):
             if hasattr(case, method):
                 setattr(case, method, unittest.skip(reason)(getattr(case, method)))
     return module
+
+
+def keras_test_cases(name, substitutes, skips=None):
+    """What a test module defines to run keras' ``<name>_test.py`` (:func:`load_keras_tests`): {class name: its
+    TestCase classes}, or, when keras ships no such file, {"test_keras_ships_<name>_test": a test that skips saying
+    so}. Use as ``globals().update(keras_test_cases(...))``."""
+    module = load_keras_tests(name, substitutes, skips)
+    if module is None:
+        def missing():
+            import pytest
+
+            pytest.skip(f"keras {keras.__version__} ships no {keras_test_file(name)}")
+
+        return {f"test_keras_ships_{name}_test": missing}
+    return {key: value for key, value in vars(module).items()
+            if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == module.__name__}

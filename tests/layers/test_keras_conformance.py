@@ -1,5 +1,6 @@
-"""keras' own tests of its MultiHeadAttention, shipped in the keras wheel, run unchanged against
-attnlayers.MultiHeadAttention: the substantiation of README's "drop-in" (under TensorFlow and under JAX in .ci/run).
+"""keras' own tests of its MultiHeadAttention, GroupQueryAttention, Attention and AdditiveAttention, shipped in the
+keras wheel, run unchanged against attnlayers.MultiHeadAttention and attnlayers.compat's classes: the substantiation of
+README's "drop-in" (under TensorFlow and under JAX in .ci/run).
 
 The skip list below is the only place a keras test may be skipped (at most three, each with its reason, none about
 numbers, shapes or masks). keras' own backend skips (flash attention under TensorFlow) apply as they do to keras'
@@ -8,48 +9,33 @@ layer."""
 import keras
 import numpy as np
 import pytest
-from keras_suite import keras_test_file, load_keras_tests
+from harness import run_layer_test
+from keras_suite import keras_test_cases
 
 import attnlayers
 
-MULTI_HEAD_SKIPS = {}
+# The skip lists: {keras test method: reason}; empty today (keras' own backend skips are not listed here).
+MULTI_HEAD_SKIPS, GROUPED_QUERY_SKIPS, ATTENTION_SKIPS = {}, {}, {}
 
-_multi_head = load_keras_tests("multi_head_attention", {"MultiHeadAttention": attnlayers.MultiHeadAttention},
-                               MULTI_HEAD_SKIPS)
-
-if _multi_head is None:
-    def test_keras_ships_its_multi_head_attention_tests():
-        pytest.skip(f"keras {keras.__version__} ships no {keras_test_file('multi_head_attention')}")
-else:
-    MultiHeadAttentionTest = _multi_head.MultiHeadAttentionTest
-
-
-GROUPED_QUERY_SKIPS = {}
-
-_grouped_query = load_keras_tests("grouped_query_attention",
+globals().update(keras_test_cases("multi_head_attention", {"MultiHeadAttention": attnlayers.MultiHeadAttention},
+                                  MULTI_HEAD_SKIPS))
+globals().update(keras_test_cases("grouped_query_attention",
                                   {"GroupedQueryAttention": attnlayers.compat.GroupedQueryAttention},
-                                  GROUPED_QUERY_SKIPS)
-
-if _grouped_query is None:
-    def test_keras_ships_its_grouped_query_attention_tests():
-        pytest.skip(f"keras {keras.__version__} ships no {keras_test_file('grouped_query_attention')}")
-else:
-    GroupedQueryAttentionTest = _grouped_query.GroupedQueryAttentionTest
+                                  GROUPED_QUERY_SKIPS))
+globals().update(keras_test_cases("attention", {"Attention": attnlayers.compat.Attention}, ATTENTION_SKIPS))
+globals().update(keras_test_cases("additive_attention", {"AdditiveAttention": attnlayers.compat.AdditiveAttention},
+                                  ATTENTION_SKIPS))
 
 
-ATTENTION_SKIPS = {}
-
-_attention = load_keras_tests("attention", {"Attention": attnlayers.compat.Attention}, ATTENTION_SKIPS)
-_additive = load_keras_tests("additive_attention", {"AdditiveAttention": attnlayers.compat.AdditiveAttention},
-                             ATTENTION_SKIPS)
-
-if _attention is None or _additive is None:
-    def test_keras_ships_its_attention_tests():
-        pytest.skip(f"keras {keras.__version__} ships no {keras_test_file('attention')} or "
-                    f"{keras_test_file('additive_attention')}")
-else:
-    AttentionTest = _attention.AttentionTest
-    AdditiveAttentionTest = _additive.AdditiveAttentionTest
+def test_group_query_attention_passes_the_layer_harness(rng):
+    """attnlayers' own harness (functional model, .keras round trip, XLA, mixed precision, gradients) on the compat
+    GroupQueryAttention. (compat.Attention / AdditiveAttention take list inputs, which the harness does not feed:
+    keras' run_layer_test in their keras test files covers them.)"""
+    query, value = rng.normal(size=(2, 3, 8)).astype("float32"), rng.normal(size=(2, 5, 8)).astype("float32")
+    run_layer_test(attnlayers.compat.GroupQueryAttention,
+                   {"head_dim": 4, "num_query_heads": 4, "num_key_value_heads": 2, "use_gate": True},
+                   {"query": query, "value": value}, expected_output_shape=(2, 3, 8),
+                   expected_num_trainable_weights=10)
 
 
 @pytest.mark.parametrize("name, kwargs, call", [
