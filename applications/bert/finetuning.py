@@ -42,6 +42,8 @@ class FinetuningSettings:
         batch_size, learning_rate (the peak), warmup_fraction, weight_decay: BERT's AdamW, warm-up then linear
             decay to zero at the end of the run. 1e-4: the compact models' choice of Turc et al. 2019.
         minutes: the training budget, or None. epochs: None: 3 (BERT's), or until the budget.
+        backup_every: back up every this many steps (and at epoch ends); None: every few minutes
+            (``core.callbacks.BACKUP_SECONDS``).
         validation_examples: None: the whole validation split picks the best epoch's weights; N: N of its examples
             drawn at random (a large model's validation pass can cost more than its training budget).
         test_examples: None: the whole test split; N: N of its examples drawn at random, for the model and the
@@ -58,6 +60,7 @@ class FinetuningSettings:
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     minutes: float | None = None
+    backup_every: int | None = None
     epochs: int | None = None
     validation_examples: int | None = None
     test_examples: int | None = None
@@ -183,9 +186,10 @@ def sample(examples, size, seed=0):
 def _dataset(features, labels, batch_size, seed=None, drop_remainder=False):
     import tensorflow as tf
 
-    ds = tf.data.Dataset.from_tensor_slices((features, labels))
-    if seed is not None:
-        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    from ..core import data_order
+
+    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.data_order).
+    ds = data_order.shuffled_slices((features, labels), 0 if seed is None else seed, shuffle=seed is not None)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
@@ -292,7 +296,7 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
     epochs = budget_epochs(settings.epochs, settings.minutes, 3)
     return run_recipe(model, train, validation=validation, epochs=epochs,
                       callbacks=run_callbacks(out_dir, settings.minutes, BestWeights("val_accuracy"), schedule,
-                                           tensorboard, backup),
+                                           tensorboard, backup, settings.backup_every),
                       evaluate=evaluate, out_dir=out_dir,
                       export=None if export_dir is None else saved_model_export(
                           export, os.path.basename(os.path.normpath(export_dir)) + ".weights.h5"),

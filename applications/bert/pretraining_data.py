@@ -55,6 +55,8 @@ import tensorflow_text as tf_text
 
 from attnlayers.validation import is_int, positive_int, rate_in_unit_interval
 
+from ..core import data_order
+
 IS_NEXT, NOT_NEXT = 0, 1  # next sentence labels (reference implementation and Hugging Face)
 
 
@@ -480,8 +482,8 @@ def pretraining_dataset(
         short_sequence_probability: see `next_sentence_pairs`.
         shuffle: shuffle the pairs each epoch (False: document order).
         drop_remainder: drop the last smaller batch (static batch size).
-        dynamic_masking: new masks (and order, with `shuffle`) each pass over the dataset, i.e. each new iterator
-            (Liu et al. 2019). False: the same masks every pass: the batches depend on `seed` alone, however many
+        dynamic_masking: new masks (and order, with `shuffle`) each epoch (Liu et al. 2019): epoch e's are a pure
+            function of (seed, e) (`core.data_order`: `fit`'s epoch, or this dataset's passes outside `fit`). False: the same masks every pass: the batches depend on `seed` alone, however many
             times the dataset was iterated before (Keras' `fit` under a tf.distribute strategy iterates it once
             more than without one, to build the model), as comparisons across placements need.
 
@@ -497,13 +499,16 @@ def pretraining_dataset(
     pairs = next_sentence_pairs(tokenize_documents(documents, tokenizer), sequence_length - 3, seed=seed,
                                 short_sequence_probability=short_sequence_probability)
     labels = np.asarray([pair.next_sentence_label for pair in pairs], np.int32)
-    ds = tf.data.Dataset.from_tensor_slices(
-        (_ragged([p.segment_a for p in pairs]), _ragged([p.segment_b for p in pairs]), labels))
-    if shuffle:
-        ds = ds.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=bool(dynamic_masking))
+    # Epoch e in (seed, e)'s order (with dynamic_masking; else (seed, 0)'s every pass), whichever process draws it.
+    ds = data_order.shuffled_slices(
+        (_ragged([p.segment_a for p in pairs]), _ragged([p.segment_b for p in pairs]), labels), seed,
+        shuffle=shuffle, each_epoch=bool(dynamic_masking))
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
-    # One random number per batch, different each epoch (with dynamic_masking), seeds that batch's masks.
-    ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=bool(dynamic_masking)))
+    # One random number per batch seeds that batch's masks: a pure function of (seed, epoch, batch) with
+    # dynamic_masking (core.data_order.epoch_seeds), of (seed, batch) without.
+    draws = (data_order.epoch_seeds(seed) if dynamic_masking
+             else tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=False))
+    ds = tf.data.Dataset.zip(ds, draws)
 
     def make(pair, batch_seed):
         segment_a, segment_b, next_sentence_label = pair

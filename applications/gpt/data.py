@@ -97,15 +97,17 @@ def lm_examples(windows, mask):
 
 
 def lm_dataset(windows, mask, batch_size, seed=None, drop_remainder=False):
-    """A ``tf.data.Dataset`` of :func:`lm_examples` batches; shuffled each epoch with ``seed`` (None: in order).
+    """A ``tf.data.Dataset`` of :func:`lm_examples` batches; epoch e shuffled in (``seed``, e)'s order (None: in order;
+    ``core.data_order``).
     The last batch may be smaller, unless ``drop_remainder`` drops it (every batch (batch_size, L): static shapes,
     as TPUs and ``jit_compile`` want)."""
     import tensorflow as tf
 
     x, y, weights = lm_examples(windows, mask)
-    dataset = tf.data.Dataset.from_tensor_slices((x, y, weights))
-    if seed is not None:
-        dataset = dataset.shuffle(len(y), seed=seed, reshuffle_each_iteration=True)
+    from ..core import data_order
+
+    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.data_order).
+    dataset = data_order.shuffled_slices((x, y, weights), 0 if seed is None else seed, shuffle=seed is not None)
     batched = dataset.batch(positive_int(batch_size, "batch_size"), drop_remainder=bool(drop_remainder))
     return batched.prefetch(tf.data.AUTOTUNE)
 

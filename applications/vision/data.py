@@ -22,6 +22,8 @@ import numpy as np
 
 from attnlayers.validation import non_negative_int, positive_int
 
+from ..core.data_order import current_epoch
+
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
 TRIANGLE_SHAPE = "triangle"
 
@@ -163,6 +165,9 @@ def random_shift(images, shift, rng):
 class ShiftedBatches(keras.utils.PyDataset):
     """Batches of (images, labels), reshuffled each epoch, each image randomly shifted (:func:`random_shift`).
 
+    Epoch e's order is a pure function of (seed, e) and batch i's shifts of (seed, e, i) (``core.data_order``: the
+    epoch is ``fit``'s), so a run resumed at epoch e draws the batches an uninterrupted one drew.
+
     Args:
         images: float32 (N, H, W, C). labels: int (N,).
         batch_size: examples per batch (the last batch of an epoch may be smaller).
@@ -178,18 +183,23 @@ class ShiftedBatches(keras.utils.PyDataset):
         self.images, self.labels = images, np.asarray(labels)
         self.batch_size = positive_int(batch_size, "batch_size")
         self.shift = non_negative_int(shift, "shift")
-        self.rng = np.random.default_rng(seed)
-        self.on_epoch_end()
+        self.seed = non_negative_int(seed, "seed")
+        self._orders = {}  # epoch -> its permutation of the images
 
-    def on_epoch_end(self):
-        self.order = self.rng.permutation(len(self.images))
+    def order(self, epoch):
+        """The (N,) permutation of the images in ``epoch``."""
+        if epoch not in self._orders:
+            self._orders = {epoch: np.random.default_rng([self.seed, epoch, 0]).permutation(len(self.images))}
+        return self._orders[epoch]
 
     def __len__(self):
         return -(-len(self.images) // self.batch_size)
 
     def __getitem__(self, index):
-        chosen = self.order[index * self.batch_size:(index + 1) * self.batch_size]
-        return random_shift(self.images[chosen], self.shift, self.rng), self.labels[chosen]
+        epoch = current_epoch()
+        chosen = self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        shifts = np.random.default_rng([self.seed, epoch, 1, index])
+        return random_shift(self.images[chosen], self.shift, shifts), self.labels[chosen]
 
 
 __all__ = ["DIGIT_CLASSES", "ImageSplits", "ShiftedBatches", "TRIANGLE_SHAPE", "digits", "random_shift",

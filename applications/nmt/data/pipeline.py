@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from attnlayers.validation import is_int, positive_int
 
+from ...core import data_order
 from ..tokenizer import END_ID, PAD_ID, START_ID
 from .pairs import Pairs
 
@@ -152,9 +153,9 @@ def make_dataset(
     source, target_in, target_out = _encode(pairs, tokenizers, max_source_length, max_target_length)
     # Rows of a ragged tensor come out as rank-1 RaggedTensorSpecs; a map turns them into plain tensors,
     # which padded_batch / bucket_by_sequence_length need.
-    ds = tf.data.Dataset.from_tensor_slices((source, target_in, target_out)).map(lambda s, ti, to: (s, ti, to))
-    if shuffle:
-        ds = ds.shuffle(max(len(pairs), 1), seed=seed, reshuffle_each_iteration=True)
+    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.data_order).
+    ds = data_order.shuffled_slices((source, target_in, target_out), seed, shuffle=shuffle and len(pairs) > 0)
+    ds = ds.map(lambda s, ti, to: (s, ti, to))
     pad = tf.constant(PAD_ID, tf.int32)
     if pad_to_max_length:
         ds = ds.padded_batch(
