@@ -19,6 +19,7 @@ import numpy as np
 from attnlayers.validation import one_of, positive_int, positive_number
 
 from .backup import BackupAndRestore
+from .data_order import DataEpoch
 from .distribution import from_chief, is_multi_worker
 
 
@@ -290,6 +291,22 @@ class BestWeights(keras.callbacks.Callback):
         del self._kept[self.average:]
         self.best, self.best_epoch = self._kept[0][0], self._kept[0][1]
 
+    def backup_state(self):
+        """(the kept epochs' values and epochs, their weights as one flat list): what a backup keeps of this callback
+        (:meth:`BackupAndRestore.follow <.backup.BackupAndRestore.follow>`), so that the weights kept after a resume
+        are the best of the whole training."""
+        kept = [[value, epoch, len(weights)] for value, epoch, weights in self._kept]
+        return kept, [array for _, _, weights in self._kept for array in weights]
+
+    def restore_backup_state(self, kept, arrays):
+        """Takes back what :meth:`backup_state` returned."""
+        self._kept, start = [], 0
+        for value, epoch, count in kept:
+            self._kept.append((float(value), int(epoch), list(arrays[start:start + count])))
+            start += count
+        if self._kept:
+            self.best, self.best_epoch = self._kept[0][0], self._kept[0][1]
+
     def weights(self):
         """The weights ``on_train_end`` restores (None before the first monitored epoch)."""
         if not self._kept:
@@ -390,9 +407,15 @@ class ProgressLog(keras.callbacks.Callback):
                       f"{time.perf_counter() - self._start:.1f} s{self._where()}  {self._metrics(logs)}")
 
 
-def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=True, backup=True, progress=False):
-    """The callbacks every example trains with, in order: progress log, TensorBoard, BackupAndRestore (this
-    package's atomic one, :class:`~.backup.BackupAndRestore`), time budget, best weights.
+#: Seconds between two backups of a run that asks for none by steps (besides the one at every epoch's end).
+BACKUP_SECONDS = 300
+
+
+def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=True, backup=True, progress=False,
+                       backup_every=None):
+    """The callbacks every example trains with, in order: the data's epoch (:class:`~.data_order.DataEpoch`),
+    progress log, TensorBoard, best weights, BackupAndRestore (this package's atomic one,
+    :class:`~.backup.BackupAndRestore`, which keeps the best weights' state too), time budget.
 
     Args:
         out_dir: the run's folder: TensorBoard logs go to ``out_dir/logs``, checkpoints to ``out_dir/backup``
@@ -404,12 +427,20 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
         tensorboard, backup: add ``keras.callbacks.TensorBoard`` / ``BackupAndRestore`` (need ``out_dir``).
         progress: add a :class:`ProgressLog` (one line per epoch; with ``minutes``, each against the budget), or a
             number of seconds: also a line that often mid-epoch.
+        backup_every: back up every this many steps (and at every epoch's end); None: every
+            :data:`BACKUP_SECONDS` seconds of training (and at every epoch's end).
 
     Returns:
         A list of callbacks for ``fit`` (find the budget and the best weights in it with ``isinstance``).
     """
-    callbacks = []
+    callbacks = [DataEpoch()]
     budget = None if minutes is None else TimeBudget(positive_number(minutes, "minutes") * 60.0)
+    if isinstance(best, dict):
+        best = BestWeights(**best)
+    if best is not None and not isinstance(best, BestWeights):
+        raise ValueError(f"`best` must be None, a BestWeights or a dict of its arguments; received {best!r}.")
+    if backup_every is not None:
+        backup_every = positive_int(backup_every, "backup_every")
     if progress is not False and progress is not None:
         every = None if progress is True else positive_number(progress, "progress")
         callbacks.append(ProgressLog(budget=budget, every=every))
@@ -418,17 +449,16 @@ def standard_callbacks(out_dir=None, *, minutes=None, best=None, tensorboard=Tru
             print("TensorBoard logs need TensorFlow (pip install tensorflow): training without them", flush=True)
         else:
             callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, "logs")))
+    if best is not None:  # before the backup: an epoch's backup holds the best weights' view of that epoch
+        callbacks.append(best)
     restore = None
     if out_dir is not None and backup:
-        restore = BackupAndRestore(os.path.join(out_dir, "backup"))
+        restore = BackupAndRestore(os.path.join(out_dir, "backup"), save_freq=backup_every or "epoch",
+                                   save_seconds=None if backup_every else BACKUP_SECONDS)
         callbacks.append(restore)
+        if best is not None:
+            restore.follow(best)
     if budget is not None:
         callbacks.append(budget)
         budget.follow_backup(restore)
-    if isinstance(best, dict):
-        best = BestWeights(**best)
-    if best is not None:
-        if not isinstance(best, BestWeights):
-            raise ValueError(f"`best` must be None, a BestWeights or a dict of its arguments; received {best!r}.")
-        callbacks.append(best)
     return callbacks

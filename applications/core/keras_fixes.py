@@ -292,6 +292,7 @@ class PrivateUse:
 PRIVATE_USES = {
     "set_initial_epoch": PrivateUse("keras", (3, 0), None, "_initial_epoch"),
     "bpe_merge_into_cache": PrivateUse("keras_hub", (0, 32), None, "_bpe_merge_and_update_cache_tf"),
+    "build_metrics": PrivateUse("keras", (3, 0), None, "_symbolic_build"),
 }
 
 
@@ -305,6 +306,16 @@ def set_initial_epoch(model, epoch):
     """
     PRIVATE_USES["set_initial_epoch"].require(model, "set_initial_epoch")
     model._initial_epoch = int(epoch)
+
+
+def build_metrics(model, batch):
+    """Creates the variables of ``model``'s compiled metrics (and loss) from one ``batch`` of its training data,
+    without running it: what a backup needs to put back the running metrics of an interrupted epoch before the
+    first step of the resumed one (Keras' TensorFlow trainer makes them inside its first traced step; its JAX trainer,
+    and any trainer under a tf.distribute strategy, at the start of ``fit``, through ``Trainer._symbolic_build``, the
+    method this calls: Keras 3.0 to 3.15 at least)."""
+    PRIVATE_USES["build_metrics"].require(model, "build_metrics")
+    model._symbolic_build(data_batch=batch)
 
 
 def bpe_merge_into_cache(bpe, words):
@@ -322,4 +333,4 @@ def bpe_merge_into_cache(bpe, words):
 
 
 __all__ = ["FIXES", "PRIVATE_USES", "KerasFix", "PrivateUse", "apply_distribution_fixes", "bpe_merge_into_cache",
-           "set_initial_epoch", "without"]
+           "build_metrics", "set_initial_epoch", "without"]

@@ -32,9 +32,11 @@ import sys
 import time
 import warnings
 
+import keras
 import numpy as np
 
 from .backup import BackupAndRestore
+from .data_order import DataEpoch
 from .callbacks import BestWeights, ProgressLog, StepCounter, TimeBudget
 from .cli import UNBOUNDED_EPOCHS
 from .distribution import is_chief
@@ -223,8 +225,16 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
     if counter is None:
         counter = StepCounter()
         callbacks.append(counter)
+    if _find(callbacks, DataEpoch) is None:  # the pipelines draw epoch e in (seed, e)'s order (core.data_order)
+        callbacks.insert(0, DataEpoch())
     best = _find(callbacks, BestWeights)
     backup = _find(callbacks, BackupAndRestore)
+    if backup is not None:  # the backup keeps the best weights' state, which must see each epoch before it saves
+        for callback in [c for c in callbacks if callable(getattr(c, "backup_state", None))]:
+            backup.follow(callback)
+            if callbacks.index(callback) > callbacks.index(backup):
+                callbacks.remove(callback)
+                callbacks.insert(callbacks.index(backup), callback)
     for callback in callbacks:  # a resumed run's budget and schedule count the seconds before the interruption
         if hasattr(callback, "follow_backup") and getattr(callback, "backup", None) is None:
             callback.follow_backup(backup)
@@ -242,7 +252,9 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
         os.makedirs(out_dir, exist_ok=True)
 
     fit_kwargs = dict(fit_kwargs or {})
-    if _is_dataset(train):  # the pipeline shuffles; fit's default shuffle=True only warns that it is ignored
+    if _is_dataset(train) or isinstance(train, keras.utils.PyDataset):
+        # The pipeline shuffles (core.data_order: in an order a resumed run draws again); fit's default shuffle=True
+        # only warns for a tf.data.Dataset, and reorders a PyDataset's batches with Python's global generator.
         fit_kwargs.setdefault("shuffle", False)
     with warnings.catch_warnings():
         if "steps_per_epoch" not in fit_kwargs:  # the data's end is the epoch's end: keras warns of it needlessly
@@ -271,9 +283,7 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
         return _jsonable({**result, "results_path": None})
     say(describe_training(training))
     if weights is not None:
-        say(f"weights: {weights['restored']}"
-            + (" (among the epochs of this run: the kept weights do not survive a restart)"
-               if training.get("resumed") else ""))
+        say(f"weights: {weights['restored']}")
 
     if evaluate is not None:
         metrics, seconds["evaluate"] = _timed(evaluate, model)

@@ -19,6 +19,7 @@ from attnlayers.applications.core import (
     TimeBudget,
     standard_callbacks,
 )
+from attnlayers.applications.core.callbacks import BACKUP_SECONDS
 
 
 class _Scripted(keras.callbacks.Callback):
@@ -180,13 +181,20 @@ def test_standard_callbacks(tmp_path):
     callbacks = standard_callbacks(tmp_path, minutes=1.5, best={"monitor": "val_accuracy", "average": 2},
                                    progress=True)
     kinds = [type(c).__name__ for c in callbacks]
-    assert kinds == ["ProgressLog", "TensorBoard", "BackupAndRestore", "TimeBudget", "BestWeights"]
-    assert callbacks[3].seconds == 90.0 and callbacks[4].average == 2
-    assert callbacks[0].budget is callbacks[3] and callbacks[0].every is None  # its lines say the budget's time
-    assert standard_callbacks(None, progress=30)[0].every == 30.0  # and a number: a line that often mid-epoch too
-    assert standard_callbacks(None) == []  # no folder, no budget, no selection: nothing to add
+    # The best weights before the backup, which keeps their state (each epoch's backup sees that epoch).
+    assert kinds == ["DataEpoch", "ProgressLog", "TensorBoard", "BestWeights", "BackupAndRestore", "TimeBudget"]
+    assert callbacks[5].seconds == 90.0 and callbacks[3].average == 2
+    assert callbacks[1].budget is callbacks[5] and callbacks[1].every is None  # its lines say the budget's time
+    assert callbacks[4]._followed == [callbacks[3]]
+    assert (callbacks[4].save_freq, callbacks[4].save_seconds) == ("epoch", BACKUP_SECONDS)  # by time by default
+    backup = standard_callbacks(tmp_path, backup_every=7, tensorboard=False)[-1]
+    assert (backup.save_freq, backup.save_seconds) == (7, None)
+    assert standard_callbacks(None, progress=30)[1].every == 30.0  # and a number: a line that often mid-epoch too
+    assert [type(c).__name__ for c in standard_callbacks(None)] == ["DataEpoch"]  # no folder, budget, selection
     best = BestWeights()
-    assert standard_callbacks(tmp_path, best=best, tensorboard=False, backup=False) == [best]
+    assert standard_callbacks(tmp_path, best=best, tensorboard=False, backup=False)[1:] == [best]
+    with pytest.raises(ValueError, match="backup_every"):
+        standard_callbacks(tmp_path, backup_every=0)
     with pytest.raises(ValueError, match="minutes"):
         standard_callbacks(tmp_path, minutes=0)
     with pytest.raises(ValueError, match="best"):
@@ -318,12 +326,14 @@ def test_backup_killed_while_writing_restores_the_previous_complete_backup(tmp_p
     assert "weights-000003.weights.h5" in left and (torn == "weights" or any(".tmp-" in n for n in left))
     callback, restored = _restore(tmp_path, save_freq=2)
     seconds, history = callback.restored.pop("seconds"), callback.restored.pop("history")
+    followed = callback.restored.pop("followed")  # the running metrics' 2 variables (the loss' mean), no callback
     assert callback.restored == {"epoch": 1, "step": 0, "iterations": 4, "weights": "weights-000002.weights.h5",
-                                 "seeds": [], "invocations": 1, "previous": None}
+                                 "state": "state-000002.npz", "seeds": [], "invocations": 1, "previous": None}
+    assert (followed["metrics"], followed["followed"]) == (2, [])
     assert seconds > 0 and list(history) == ["loss"] and len(history["loss"]) == 1  # epoch 0's
     for got, expected in zip(restored, saved[1]):
         np.testing.assert_array_equal(got, expected)
-    assert sorted(os.listdir(tmp_path)) == ["backup.json", "weights-000002.weights.h5"]  # leftovers deleted
+    assert sorted(os.listdir(tmp_path)) == ["backup.json", "state-000002.npz", "weights-000002.weights.h5"]
 
 
 def test_backup_resumes_at_the_epoch_it_stopped_as_keras_does(tmp_path):
@@ -341,7 +351,6 @@ def test_backup_resumes_at_the_epoch_it_stopped_as_keras_does(tmp_path):
         np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the batches are dropped in TF's fit loop")
 def test_backup_resumes_mid_epoch_without_training_a_batch_twice(tmp_path):
     """Killed after batch 7 (epoch 1, batch 3) with a backup every 2 batches: the resume restores epoch 1 after
     batch 2, drops those 2 batches, trains the 6 steps left, and ends bit for bit where an uninterrupted fit does
@@ -357,6 +366,32 @@ def test_backup_resumes_mid_epoch_without_training_a_batch_twice(tmp_path):
     assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 12
     for got, expected in zip(model.get_weights(), uninterrupted.get_weights()):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_best_weights_and_running_metrics_survive_a_kill_past_the_best_epoch(tmp_path):
+    """Best epoch 1 (scripted val_loss), killed in epoch 3 after its batch 3 with a backup every 2 batches: the
+    resumed fit ends with epoch 1's weights (the best of the whole training, kept in the backup), and epoch 3's
+    logged loss is the uninterrupted run's (the running mean came back with the backup), as the followed state
+    says. Without the state file the resumed run keeps epoch 3 or 4 (red with BestWeights not followed)."""
+    values = [3.0, 1.0, 2.0, 1.5, 2.5]
+
+    def callbacks(**kwargs):
+        best = BestWeights("val_loss")
+        backup = BackupAndRestore(tmp_path, save_freq=2, **kwargs).follow(best)
+        return [_Scripted(values, "val_loss"), best, backup]
+
+    reference = callbacks(delete_checkpoint=False)
+    uninterrupted = _backup_model(dropout=True)
+    expected = _backup_fit(uninterrupted, reference[:2], epochs=5).history["loss"]
+    with pytest.raises(_Crash):
+        _backup_fit(_backup_model(dropout=True), [*callbacks(), _Stop(at=11)], epochs=5)  # epoch 3, batch 3
+    model, resumed = _backup_model(dropout=True), callbacks()
+    history = _backup_fit(model, resumed, epochs=5).history["loss"]
+    assert (resumed[2].restored["epoch"], resumed[2].restored["step"], resumed[2].skipped) == (2, 2, 2)
+    assert resumed[1].kept_epochs == [1] and resumed[1].best == 1.0
+    for got, want in zip(model.get_weights(), reference[0].snapshots[1]):
+        np.testing.assert_array_equal(got, want)
+    assert history == expected[2:]  # the interrupted epoch's mean loss over all its 4 batches, bit for bit
 
 
 def test_backup_falls_back_to_the_previous_backup_and_reads_keras_layout(tmp_path):
