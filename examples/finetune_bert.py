@@ -87,7 +87,7 @@ def settings_from_args(args):
     return FinetuningSettings(
         args.task, init=args.init, architecture=args.architecture, sequence_length=args.sequence_length,
         batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_fraction=args.warmup_fraction,
-        weight_decay=args.weight_decay, minutes=args.minutes, epochs=args.epochs, seed=args.seed)
+        weight_decay=args.weight_decay, minutes=args.minutes, backup_every=args.backup_every, epochs=args.epochs, seed=args.seed)
 
 
 def main(argv=None):

@@ -113,7 +113,7 @@ def settings_from_args(args):
         config=args.config, vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
         max_predictions=args.max_predictions, batch_size=args.batch_size, learning_rate=args.learning_rate,
         warmup_fraction=args.warmup_fraction, weight_decay=args.weight_decay, nsp_weight=args.nsp_weight,
-        whole_word_masking=args.whole_word_masking, held_out=args.held_out, minutes=args.minutes,
+        whole_word_masking=args.whole_word_masking, held_out=args.held_out, minutes=args.minutes, backup_every=args.backup_every,
         epochs=args.epochs, seed=args.seed)
 
 

@@ -189,7 +189,7 @@ def run(args):
     print(f"model: {args.attention} attention, encoder {args.encoder} (grid {model.grid_shape}); "
           f"{model.count_params():,} parameters; {core.describe_runtime(strategy)}")
     callbacks = (sampling_flags.logger_callbacks(model)  # before TensorBoard: eps_i in its logs
-                 + core.standard_callbacks(out, minutes=args.minutes, best=core.BestWeights("val_loss")))
+                 + core.standard_callbacks(out, minutes=args.minutes, backup_every=args.backup_every, best=core.BestWeights("val_loss")))
     decoding = "greedy" if args.beam_size == 1 else BeamSearch(args.beam_size)
 
     def evaluate_model(model):

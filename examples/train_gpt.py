@@ -123,7 +123,7 @@ def settings_from_args(args):
     return TrainingSettings(
         config=args.config, vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
         batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_fraction=args.warmup_fraction,
-        weight_decay=args.weight_decay, dropout=args.dropout, held_out=args.held_out, minutes=args.minutes,
+        weight_decay=args.weight_decay, dropout=args.dropout, held_out=args.held_out, minutes=args.minutes, backup_every=args.backup_every,
         epochs=args.epochs, jit_compile=args.jit_compile, seed=args.seed)
 
 

@@ -281,7 +281,7 @@ def run(args):
     print(f"model: {args.model}, recipe {variant.name} ({variant.description}); {model.count_params():,} "
           f"parameters; {core.describe_runtime(strategy)}")
     callbacks = (sampling_flags.logger_callbacks(model)  # before TensorBoard: eps_i in its logs
-                 + core.standard_callbacks(out, minutes=args.minutes) + recipe_callbacks)
+                 + core.standard_callbacks(out, minutes=args.minutes, backup_every=args.backup_every) + recipe_callbacks)
 
     decoding = {"greedy": "greedy", f"beam (k={args.beam_size})": BeamSearch(args.beam_size, alpha=0.6)}
 

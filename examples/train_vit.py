@@ -123,7 +123,7 @@ def settings_from_args(args):
         patch_size=args.patch_size, num_layers=args.num_layers, num_heads=args.num_heads,
         hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim, pooling=args.pooling, dropout=args.dropout,
         shift=args.shift, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        warmup_fraction=args.warmup_fraction, weight_decay=args.weight_decay, minutes=args.minutes,
+        warmup_fraction=args.warmup_fraction, weight_decay=args.weight_decay, minutes=args.minutes, backup_every=args.backup_every,
         epochs=args.epochs, jit_compile=args.jit_compile, seed=args.seed)
 
 

@@ -49,6 +49,8 @@ class PretrainingSettings:
         whole_word_masking: mask every piece of a chosen word.
         held_out: the share of documents (chapters) held out for evaluation.
         minutes: the training budget, or None. epochs: passes over the pairs (None: 10, or until the budget).
+        backup_every: back up every this many steps (and at epoch ends); None: every few minutes
+            (``core.callbacks.BACKUP_SECONDS``).
         seed: the split, the pairs, the masks, the shuffling and the initialization.
     """
 
@@ -64,6 +66,7 @@ class PretrainingSettings:
     whole_word_masking: bool = False
     held_out: float = 0.05
     minutes: float | None = None
+    backup_every: int | None = None
     epochs: int | None = None
     seed: int = 0
 
@@ -270,7 +273,8 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
               "vocabulary": tokenizer.vocabulary_size, "runtime": describe_runtime(strategy), **(record or {})}
     epochs = budget_epochs(settings.epochs, settings.minutes, 10)
     return run_recipe(model, train, validation=held, epochs=epochs,
-                      callbacks=run_callbacks(out_dir, settings.minutes, None, schedule, tensorboard, backup),
+                      callbacks=run_callbacks(out_dir, settings.minutes, None, schedule, tensorboard, backup,
+                                              settings.backup_every),
                       evaluate=evaluate, pictures=pictures, export=export, out_dir=out_dir, record=record,
                       verbose=verbose, strategy=strategy, results_file=results_file)
 

@@ -35,12 +35,14 @@ def compile_budgeted(model, compile_for, peak, warmup_fraction, weight_decay, mi
     return BudgetedLearningRate(peak, warmup_fraction, seconds=None if minutes is None else minutes * 60.0)
 
 
-def run_callbacks(out_dir, minutes, best, schedule, tensorboard, backup):
+def run_callbacks(out_dir, minutes, best, schedule, tensorboard, backup, backup_every=None):
     """The runs' ``fit`` callbacks: :func:`~attnlayers.applications.core.standard_callbacks` (the time budget,
-    ``best`` weights, TensorBoard and BackupAndRestore in ``out_dir`` when asked) and the learning rate ``schedule``."""
+    ``best`` weights, TensorBoard and BackupAndRestore in ``out_dir`` when asked, every ``backup_every`` steps or by time)
+    and the learning rate ``schedule``."""
     from ..core import standard_callbacks
 
     return standard_callbacks(out_dir if (tensorboard or backup) else None, minutes=minutes, best=best,
+                              backup_every=backup_every,
                               tensorboard=tensorboard, backup=backup) + [schedule]
 
 

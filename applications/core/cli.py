@@ -117,7 +117,7 @@ def budget_epochs(epochs, minutes, default):
 
 
 def add_budget_arguments(parser, default_epochs, unit):
-    """Adds ``--epochs`` and ``--minutes`` with the meaning every example script gives them (read them back with
+    """Adds ``--epochs``, ``--minutes`` and ``--backup-every`` with the meaning every example script gives them (read them back with
     :func:`budget_epochs`; check them with :func:`check_budget_arguments`): ``--minutes`` alone trains until the
     budget ends, ``--epochs`` alone runs that many epochs, both stop at whichever comes first."""
     parser.add_argument("--epochs", type=int, default=None,
@@ -128,15 +128,22 @@ def add_budget_arguments(parser, default_epochs, unit):
                              "each epoch's validation still runs); with --epochs, whichever ends first. Evaluation, "
                              "pictures and export come after training and are not counted. A run resumed from "
                              "OUT's backup gets what the interrupted one had left")
+    parser.add_argument("--backup-every", type=int, default=None, metavar="STEPS",
+                        help="back up OUT/backup every STEPS training steps, besides at the end of every epoch "
+                             "(default: every 5 minutes of training); killed, the same command resumes at the "
+                             "step of the last backup, with the weights an uninterrupted run would have")
     return parser
 
 
 def check_budget_arguments(parser, args):
-    """``parser.error`` for an ``--epochs`` below 1 or a ``--minutes`` that is not a positive number."""
+    """``parser.error`` for an ``--epochs`` below 1, a ``--minutes`` that is not a positive number or a
+    ``--backup-every`` below 1."""
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be at least 1")
     if args.minutes is not None and not args.minutes > 0:
         parser.error("--minutes must be a positive number")
+    if getattr(args, "backup_every", None) is not None and args.backup_every < 1:
+        parser.error("--backup-every must be at least 1 (steps)")
 
 
 def check_sampling_arguments(parser, args):

@@ -87,6 +87,8 @@ class TrainingSettings:
         held_out: the share of documents held out.
         minutes: the training budget, or None. epochs: passes over the training windows (None: 10, or as many as
             the budget allows).
+        backup_every: back up every this many steps (and at epoch ends); None: every few minutes
+            (``core.callbacks.BACKUP_SECONDS``).
         jit_compile: compile the training step with XLA (``Model.compile``'s flag).
         seed: the split, the shuffling, the initialization and the samples.
     """
@@ -101,6 +103,7 @@ class TrainingSettings:
     dropout: float = 0.0
     held_out: float = 0.05
     minutes: float | None = None
+    backup_every: int | None = None
     epochs: int | None = None
     jit_compile: bool = True
     seed: int = 0
@@ -372,6 +375,7 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
     # step and the time against the budget instead.
     progress = settings.minutes is not None and verbose in (1, 2)
     fit_callbacks = standard_callbacks(out_dir if (tensorboard or backup) else None, minutes=settings.minutes,
+                                       backup_every=settings.backup_every,
                                        tensorboard=tensorboard, backup=backup, best=best,
                                        progress=progress and (PROGRESS_SECONDS if verbose == 1 else True))
     return run_recipe(model, train, validation=held, epochs=budget_epochs(settings.epochs, settings.minutes, 10),

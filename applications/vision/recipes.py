@@ -39,6 +39,8 @@ class TrainingSettings:
         shift: random translation in pixels (0: no augmentation).
         batch_size, learning_rate (the peak), warmup_fraction, weight_decay: the optimizer.
         minutes: a wall-clock budget for training, or None. epochs: most passes (None: 100).
+        backup_every: back up every this many steps (and at epoch ends); None: every few minutes
+            (``core.callbacks.BACKUP_SECONDS``).
         jit_compile: XLA-compile the training step.
         seed: the split, the shuffling, the shifts and the initialization.
     """
@@ -60,6 +62,7 @@ class TrainingSettings:
     warmup_fraction: float = 0.1
     weight_decay: float = 0.05
     minutes: float | None = None
+    backup_every: int | None = None
     epochs: int | None = None
     jit_compile: bool = True
     seed: int = 0
@@ -263,6 +266,7 @@ def run_training(settings, out_dir, *, splits=None, strategy=None, verbose=1, re
               "validation_images": len(validation[0]), "test_images": len(x_test),
               "parameters": c.parameter_count(), "runtime": describe_runtime(strategy)}
     fit_callbacks = standard_callbacks(out_dir if (tensorboard or backup) else None, minutes=settings.minutes,
+                                       backup_every=settings.backup_every,
                                        best={"monitor": "val_accuracy"}, tensorboard=tensorboard,
                                        backup=backup) + [schedule, *callbacks]
     return run_recipe(model, train, validation=validation, epochs=budget_epochs(settings.epochs, settings.minutes, 100),
