@@ -215,37 +215,7 @@ def test_checkpoint_loads_back_with_the_same_logits(trained):
                                atol=1e-5)
 
 
-def test_an_interrupted_run_resumes_from_its_backup(tmp_path):
-    documents = data.read_text_documents(write_documents(tmp_path / "corpus.txt"))
-
-    class Interrupted(Exception):
-        pass
-
-    class Interrupt(keras.callbacks.Callback):  # stops the run in its second epoch, after the first one's backup
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-
-        def on_train_batch_begin(self, batch, logs=None):
-            if self.epoch == 1 and batch == 1:
-                raise Interrupted
-
-    keras.utils.set_random_seed(0)
-    with pytest.raises(Interrupted):
-        recipes.run_training(_settings(), tmp_path / "run", documents=documents, verbose=0, samples=0,
-                             tensorboard=False, callbacks=[Interrupt()])
-    assert (tmp_path / "run" / "backup").is_dir()
-    keras.utils.set_random_seed(0)
-    result = recipes.run_training(_settings(), tmp_path / "run", documents=documents, verbose=0, samples=0,
-                                  tensorboard=False, callbacks=[Keep()])
-    steps = result["training"]["steps_per_epoch"]
-    assert steps > 1
-    # Only the second epoch ran again; the optimizer's step count (and the schedule) went on from the backup, and
-    # the results cover both runs: 2 epochs in all, the second run's steps.
-    assert result["training"]["epochs"] == 2 and result["training"]["steps"] == steps
-    assert result["training"]["resumed"]["epoch"] == 2 and result["training"]["resumed"]["run"] == 2
-    assert len(result["training"]["history"]["loss"]) == 2
-    assert int(Keep.model_.optimizer.iterations.numpy()) == 2 * steps
-    assert not (tmp_path / "run" / "backup").exists()  # deleted once training ended
+# An interrupted run's resume: tests/test_resume_examples.py (the script SIGKILLed and resumed, in both backends).
 
 
 @pytest.mark.parametrize("argv, message", [
