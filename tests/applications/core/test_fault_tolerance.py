@@ -1,9 +1,9 @@
 """Fault tolerance of multi-worker training: two workers (MultiWorkerMirroredStrategy through
 runtime.make_strategy, launched by launch.launch_workers with max_restarts=1) train a seeded model with
-deterministic ops and core.BackupAndRestore backing up every 2 steps; on the first attempt worker 1 SIGKILLs
-itself mid-epoch, the launcher stops worker 0 and starts the group again, and the second attempt resumes from
-the chief's last backup (both workers: worker 1 never wrote one) and drops the batches already trained on. The
-final weights are bitwise those of an uninterrupted two-worker run (the same processes train it afterwards)."""
+deterministic ops on shuffled data (core.data_order) and core.BackupAndRestore backing up every 2 steps; on the
+first attempt worker 1 SIGKILLs itself mid-epoch, the launcher stops worker 0 and starts the group again, and the
+second attempt resumes from the chief's last backup (both workers: worker 1 never wrote one) and drops the batches
+already trained on. The final weights are bitwise those of an uninterrupted two-worker run (the same processes train it afterwards)."""
 
 import io
 import os
@@ -30,11 +30,13 @@ from attnlayers.applications.core.distribution import is_chief, worker_directory
 strategy = make_strategy("multi-worker")
 import keras, numpy as np, tensorflow as tf
 from attnlayers.applications.core import BackupAndRestore
+from attnlayers.applications.core.data_order import DataEpoch, shuffled_slices
 tf.config.experimental.enable_op_determinism()
 out, marker, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = np.random.default_rng(0)
 x, y = rng.normal(size=(64, 8)).astype("float32"), rng.integers(0, 3, 64)
-data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16, drop_remainder=True)
+# Shuffled as the applications' pipelines are: epoch e in (seed, e)'s order on every worker, after a restart too.
+data = shuffled_slices((x, y), 5).batch(16, drop_remainder=True)
 
 def build():
     keras.utils.set_random_seed(0)
@@ -53,11 +55,11 @@ class Steps(keras.callbacks.Callback):  # counts the steps that train; kills wor
 
 model, steps = build(), Steps()
 backup = BackupAndRestore(os.path.join(worker_directory(out, strategy), "backup"), save_freq=2)
-model.fit(data, epochs=3, verbose=0, callbacks=[backup, steps])
+model.fit(data, epochs=3, verbose=0, callbacks=[DataEpoch(), backup, steps])
 print("restored", backup.restored and (backup.restored["epoch"], backup.restored["step"]), "skipped", backup.skipped,
       "trained", steps.trained, "iterations", int(model.optimizer.iterations.numpy()), flush=True)
 reference = build()
-reference.fit(data, epochs=3, verbose=0)
+reference.fit(data, epochs=3, verbose=0, callbacks=[DataEpoch()])
 if is_chief(strategy):
     np.savez(os.path.join(out, "resumed.npz"), *model.get_weights())
     np.savez(os.path.join(out, "uninterrupted.npz"), *reference.get_weights())
