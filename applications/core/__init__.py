@@ -13,7 +13,7 @@ train -> evaluate -> pictures -> export recipe.
 
 Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metrics``, ``schedules``,
 ``callbacks`` (BudgetedLearningRate among them), ``backup`` (``BackupAndRestore``: atomic backups, an exact
-mid-epoch resume), ``runtime`` (the strategy and the precision), ``keras_fixes`` (the three replacements of
+mid-epoch resume), ``data_order`` (data in an order that is a function of (seed, epoch): what a resume needs), ``runtime`` (the strategy and the precision), ``keras_fixes`` (the three replacements of
 Keras' trainer internals under several replicas), ``distribution`` (JAX's data parallelism, the chief and the
 workers' folders, static shapes), ``bleu``, ``recipe`` (backend-agnostic or TensorFlow imported on use), ``files``
 (``read_lines`` for the readers), ``cli`` (the scripts' shared flags, ``UsageError``, ``run_script``), and ``export`` (``export_generator``; imports TensorFlow, so it is not

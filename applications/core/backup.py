@@ -153,6 +153,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                          delete_checkpoint=delete_checkpoint)
         self.save_seconds = None if save_seconds is None else positive_number(save_seconds, "save_seconds")
         self._followed, self._metrics_state, self._last_save, self._restored_state = [], None, None, (None, [])
+        self._skip_names = None
         self._pointer_path = file_utils.join(backup_dir, POINTER)
         self._remote = file_utils.is_remote_path(backup_dir)
         self.restored, self.skipped = None, 0
@@ -430,8 +431,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._current_epoch, self._epoch_done = epoch, 0
         if epoch != (self.restored or {}).get("epoch"):
             self._skip_until = 0
-        elif self._skip_until and self._metrics_state is not None:
-            self._restore_metrics()
+        elif self._skip_until:
+            if self._metrics_state is not None:
+                self._restore_metrics()
+            # The logs a dropped batch returns: the metrics' names, so that an epoch whose batches were all dropped
+            # (a kill after its last backed-up step) still ends with its metrics (Keras reads them from the model
+            # when the last logs have their names). Under JAX the metrics are read here, before fit takes them.
+            self._skip_names = list(self.model.get_metrics_result()) if keras.backend.backend() == "jax" else None
 
     def _restore_metrics(self):
         """Puts back the running metrics of the interrupted epoch: at its start (``fit`` resets them just before;
@@ -454,7 +460,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if self._metrics_state is not None:
             keras_fixes.build_metrics(self.model, batch)
             self._restore_metrics()
-        return ({}, args[0]) if len(args) == 2 else {}
+        if len(args) == 2:  # JAX: the metrics' names (their values are in fit's state: Keras reads them at the end)
+            return {name: 0.0 for name in self._skip_names or ()}, args[0]
+        return self.model.get_metrics_result()
 
     def on_train_batch_begin(self, batch, logs=None):
         skipping = batch < self._skip_until

@@ -117,9 +117,9 @@ def budget_epochs(epochs, minutes, default):
 
 
 def add_budget_arguments(parser, default_epochs, unit):
-    """Adds ``--epochs``, ``--minutes`` and ``--backup-every`` with the meaning every example script gives them (read them back with
-    :func:`budget_epochs`; check them with :func:`check_budget_arguments`): ``--minutes`` alone trains until the
-    budget ends, ``--epochs`` alone runs that many epochs, both stop at whichever comes first."""
+    """Adds ``--epochs``, ``--minutes`` and ``--backup-every`` with the meaning every example script gives them (read
+    them back with :func:`budget_epochs`; check them with :func:`check_budget_arguments`): ``--minutes`` alone trains
+    until the budget ends, ``--epochs`` alone runs that many epochs, both stop at whichever comes first."""
     parser.add_argument("--epochs", type=int, default=None,
                         help=f"passes over the {unit} (default: {default_epochs} without --minutes; with --minutes, "
                              "as many as the budget allows)")

@@ -394,6 +394,33 @@ def test_best_weights_and_running_metrics_survive_a_kill_past_the_best_epoch(tmp
     assert history == expected[2:]  # the interrupted epoch's mean loss over all its 4 batches, bit for bit
 
 
+def test_an_epoch_whose_every_batch_was_backed_up_keeps_its_metrics(tmp_path):
+    """Data of unknown size (fit learns an epoch's end when the data ends): the epoch's last step is backed up at the
+    batch's end; a kill in the validation that follows resumes with every batch of that epoch dropped, and the epoch
+    still logs the loss of its 4 batches, as the uninterrupted run did (red when a dropped batch returns no logs:
+    the resumed history lost epoch 1's loss)."""
+    import tensorflow as tf
+
+    def data():  # 4 batches of 8; filter() hides the size
+        return tf.data.Dataset.from_tensor_slices((_X, _X.sum(1))).batch(8).filter(lambda x, y: True)
+
+    class _Validation(keras.callbacks.Callback):
+        def on_test_begin(self, logs=None):  # epoch 0's validation
+            raise _Crash
+
+    def fit(callbacks):
+        model = _backup_model()
+        return model, model.fit(data(), validation_data=data(), epochs=2, verbose=0, callbacks=callbacks)
+
+    _, expected = fit([])
+    with pytest.raises(_Crash):
+        fit([BackupAndRestore(tmp_path, save_freq=2), _Validation()])
+    backup = BackupAndRestore(tmp_path, save_freq=2)
+    model, history = fit([backup])
+    assert (backup.restored["epoch"], backup.restored["step"], backup.skipped) == (0, 4, 4)
+    assert history.history["loss"] == expected.history["loss"]
+
+
 def test_backup_falls_back_to_the_previous_backup_and_reads_keras_layout(tmp_path):
     with pytest.raises(_Crash):
         _backup_fit(_backup_model(), [BackupAndRestore(tmp_path / "double", save_freq=2, double_checkpoint=True),

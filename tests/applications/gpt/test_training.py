@@ -221,6 +221,7 @@ def test_checkpoint_loads_back_with_the_same_logits(trained):
 @pytest.mark.parametrize("argv, message", [
     (["--epochs", "0"], "--epochs must be at least 1"),
     (["--minutes", "-1"], "--minutes must be a positive number"),
+    (["--backup-every", "0"], "--backup-every must be at least 1"),
     (["--vocab-size", "100"], "--vocab-size must be at least 257"),
     (["--config", "huge"], "invalid choice"),
 ])
