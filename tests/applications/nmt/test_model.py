@@ -128,8 +128,9 @@ def test_tiny_models_learn_the_synthetic_task(task, name):
     assert history["accuracy"][2] > 1.4 * history["accuracy"][0], history["accuracy"]
     texts = evaluate.translate(model, tokenizers, list(splits.test.source[:4]), max_source_length=LENGTH,
                                max_length=LENGTH, strategy=BeamSearch(2))
-    # One string per sentence, most of them words: in core.data_order's epoch orders (seed 0) the tiny Transformer
-    # still ends one of these 4 sentences at once after 3 epochs (''); it wrote 4 non-empty ones in the previous order.
+    # One string per sentence, most of them words. After 3 epochs the tiny Transformer sometimes ends a sentence at
+    # once (''): data-order seeds 0-7 give 3, 3, 4, 4, 4, 4, 4, 4 non-empty of these 4 in core.data_order's orders
+    # (loss ratio after/before 0.59-0.63), 4 each in the previous tf.data shuffle's (0.60-0.63); seed 0 is a 3.
     assert len(texts) == 4 and all(isinstance(t, str) for t in texts) and sum(bool(t) for t in texts) >= 3, texts
     if name == "local":
         # The diagonal prior alone aligns 0.476 (the swapped adjectives are off it). After 3 epochs, global seeds
