@@ -1,13 +1,16 @@
 """Kill anywhere, lose nothing: each example script at a tiny size, with a backup every 2 steps, is SIGKILLed in its
 second epoch one step after a backup (benchmarks/kill_at.py) and run again with the same command; the resumed run
 ends with the weights of an uninterrupted run, bit for bit (a step trained twice or skipped would show), and writes
-the same results (every number but the timings). One kill point per script here; benchmarks/resume_examples.py tries every kill point
-(mid-epoch, right after a backup, during a backup's write, during validation, at an epoch's last step).
+the same results (every number but the timings). One kill point per script here (BERT fine-tuning in the BERT
+test, on the checkpoint its pretraining run wrote); benchmarks/resume_examples.py tries every kill point (mid-epoch,
+right after a backup, during a backup's write, during validation, after an epoch's last step).
 
 What makes it hold: core.data_order (epoch e's batches are a pure function of (seed, e)), core.BackupAndRestore
 (weights, optimizer, seed generators, running metrics and the best weights kept so far, every --backup-every steps;
 the batches already trained are drawn and dropped on resume) and the time budget's clock and the history in the
-backup. Under JAX: GPT and ViT, the applications that train on accelerators through JAX."""
+backup. Under JAX: GPT, the application that trains on accelerators through JAX (ViT under JAX, and every kill
+point: benchmarks/README.md, "Kill anywhere"); the JAX mid-epoch resume itself: tests/applications/core/
+test_callbacks.py, in both backends."""
 
 import importlib.util
 import pathlib
@@ -23,29 +26,36 @@ resume = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(resume)
 
 JAX = keras.backend.backend() == "jax"
-EXAMPLES = ("gpt", "vit") if JAX else resume.SCRIPTS
+EXAMPLES = ("gpt",) if JAX else ("gpt", "vit", "nmt", "captioning", "bert")
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_a_killed_run_resumes_to_the_uninterrupted_weights_and_results(name, tmp_path):
-    architecture = resume.bert_checkpoint(tmp_path) if name == "finetune" else None
-    script, flags = resume.command(name, tmp_path, JAX, architecture)
-    whole = resume.run(script, flags, tmp_path / "whole", "none", tmp_path / "whole-weights")
+def _kill_and_resume(name, folder, architecture=None):
+    """Runs ``name`` whole, killed and resumed in ``folder``; checks the resumed run against the whole one."""
+    script, flags = resume.command(name, folder, JAX, architecture)
+    whole = resume.run(script, flags, folder / "whole", "none", folder / "whole-weights")
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
-    steps = resume.training(tmp_path / "whole")["steps_per_epoch"]
+    steps = resume.training(folder / "whole")["steps_per_epoch"]
     assert steps >= 4, steps  # a kill one step after the second backup of an epoch needs 4 steps or more
     kill = resume.kill_spec("mid-epoch", steps)
-    killed = resume.run(script, flags, tmp_path / "killed", kill, tmp_path / "killed-weights")
+    killed = resume.run(script, flags, folder / "killed", kill, folder / "killed-weights")
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stdout[-3000:], killed.stderr[-3000:])
-    assert not (tmp_path / "killed-weights").exists() and list((tmp_path / "killed").rglob("backup.json"))
-    resumed = resume.run(script, flags, tmp_path / "killed", "none", tmp_path / "killed-weights")
+    assert not (folder / "killed-weights").exists() and list((folder / "killed").rglob("backup.json"))
+    resumed = resume.run(script, flags, folder / "killed", "none", folder / "killed-weights")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resumed from the backup" in resumed.stdout and "epoch 2, after its step 4" in resumed.stdout, \
         resumed.stdout[-2000:]
-    got, expected = resume.weights(tmp_path / "killed-weights"), resume.weights(tmp_path / "whole-weights")
+    got, expected = resume.weights(folder / "killed-weights"), resume.weights(folder / "whole-weights")
     assert len(got) == len(expected) >= 1 and [len(w) for w in got] == [len(w) for w in expected]
     for arrays, reference in zip(got, expected):
         for a, b in zip(arrays, reference):
             np.testing.assert_array_equal(a, b)
-    assert resume.results(tmp_path / "killed") == resume.results(tmp_path / "whole")
-    assert resume.training(tmp_path / "killed")["resumed"]["epoch"] == 2  # the killed epoch went on, not restarted
+    assert resume.results(folder / "killed") == resume.results(folder / "whole")
+    assert resume.training(folder / "killed")["resumed"]["epoch"] == 2  # the killed epoch went on, not restarted
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_killed_run_resumes_to_the_uninterrupted_weights_and_results(name, tmp_path):
+    _kill_and_resume(name, tmp_path)
+    if name == "bert":  # fine-tuning, from scratch on the architecture and vocabulary the pretraining wrote
+        (tmp_path / "finetune").mkdir()
+        _kill_and_resume("finetune", tmp_path / "finetune", architecture=tmp_path / "whole")
