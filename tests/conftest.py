@@ -87,3 +87,8 @@ def _reset_keras_state():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all-examples", action="store_true", default=False,
+                     help="tests/test_resume_examples.py: kill and resume every example script, not only GPT and ViT")

@@ -8,9 +8,8 @@ right after a backup, during a backup's write, during validation, after an epoch
 What makes it hold: core.data_order (epoch e's batches are a pure function of (seed, e)), core.BackupAndRestore
 (weights, optimizer, seed generators, running metrics and the best weights kept so far, every --backup-every steps;
 the batches already trained are drawn and dropped on resume) and the time budget's clock and the history in the
-backup. Under JAX: GPT, the application that trains on accelerators through JAX (ViT under JAX, and every kill
-point: benchmarks/README.md, "Kill anywhere"); the JAX mid-epoch resume itself: tests/applications/core/
-test_callbacks.py, in both backends."""
+backup. Under JAX the mid-epoch resume is tested in tests/applications/core/test_callbacks.py; the scripts under JAX
+(GPT, ViT) and every kill point: benchmarks/README.md, "Kill anywhere"."""
 
 import importlib.util
 import pathlib
@@ -26,7 +25,10 @@ resume = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(resume)
 
 JAX = keras.backend.backend() == "jax"
-EXAMPLES = ("gpt",) if JAX else ("gpt", "vit", "nmt", "captioning", "bert")
+# In CI (20-30 minutes on 2 cores for the whole suite): GPT (tf.data) and ViT (a PyDataset) under TensorFlow, ~50 s
+# each; `pytest tests/test_resume_examples.py --all-examples` adds NMT, captioning and BERT pretraining + fine-tuning
+# (~130, ~75 and ~170 s), and benchmarks/resume_examples.py every kill point of every script, in both backends.
+EXAMPLES = ("gpt", "vit")
 
 
 def _kill_and_resume(name, folder, architecture=None):
@@ -53,7 +55,12 @@ def _kill_and_resume(name, folder, architecture=None):
     assert resume.training(folder / "killed")["resumed"]["epoch"] == 2  # the killed epoch went on, not restarted
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
+def pytest_generate_tests(metafunc):
+    if "name" in metafunc.fixturenames:
+        every = metafunc.config.getoption("--all-examples", default=False)
+        metafunc.parametrize("name", resume.SCRIPTS[:-1] if every else EXAMPLES)  # finetune: inside "bert"
+
+
 def test_a_killed_run_resumes_to_the_uninterrupted_weights_and_results(name, tmp_path):
     _kill_and_resume(name, tmp_path)
     if name == "bert":  # fine-tuning, from scratch on the architecture and vocabulary the pretraining wrote
