@@ -17,7 +17,6 @@ import signal
 
 import keras
 import numpy as np
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("resume_examples", ROOT / "benchmarks" / "resume_examples.py")
