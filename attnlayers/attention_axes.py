@@ -41,6 +41,20 @@ def normalize_attention_axes(attention_axes, rank):
     return normalized
 
 
+def check_attention_axes(attention_axes):
+    """The constructor argument ``attention_axes`` as a tuple of ints (an int -> a 1-tuple), or None; the rank of
+    the inputs, unknown until they come, checks the values (:func:`normalize_attention_axes`)."""
+    if attention_axes is None:
+        return None
+    axes = (attention_axes,) if is_int(attention_axes) else attention_axes
+    if not isinstance(axes, (tuple, list)) or not axes or not all(is_int(axis) for axis in axes):
+        raise ValueError(
+            f"`attention_axes` must be None, an int, or a list or tuple of ints; received attention_axes="
+            f"{attention_axes!r}."
+        )
+    return tuple(int(axis) for axis in axes)
+
+
 def _size(x, axis):
     return x.shape[axis] if x.shape[axis] is not None else ops.shape(x)[axis]
 
@@ -68,6 +82,19 @@ class AxesFold:
     rank: int
     axes: tuple
 
+    @classmethod
+    def of_shapes(cls, attention_axes, query_shape, value_shape, key_shape):
+        """The fold of inputs of these shapes (one rank, at least 3) attended over ``attention_axes``."""
+        rank = len(query_shape)
+        if rank < 3:
+            raise ValueError(f"`query` must have shape (batch, ..., dim) with at least one axis to attend over; "
+                             f"received shape {format_shape(query_shape)}.")
+        for name, shape in (("value", value_shape), ("key", key_shape)):
+            if len(shape) != rank:
+                raise ValueError(f"`{name}` must have the rank of `query` ({rank}); received shapes query "
+                                 f"{format_shape(query_shape)}, {name} {format_shape(shape)}.")
+        return cls(rank, normalize_attention_axes(attention_axes, rank))
+
     @property
     def other(self):
         """The middle axes that are not attended over (batch-like)."""
@@ -82,6 +109,24 @@ class AxesFold:
     def is_sequence(self):
         """Whether the inputs already are (B, T, D) sequences attended over axis 1 (nothing to fold)."""
         return self.rank == 3 and self.axes == (1,)
+
+    def check_call(self, unsupported, ordered):
+        """Refuses the call arguments that attention over these axes does not take: ``unsupported`` (name: value,
+        defined for (B, T, D) sequences only: padding masks, a cache, a bias) given, or ``ordered`` (name: value,
+        the causal rule, the window, position hooks: they order positions along one axis) with several axes."""
+        given = [name for name, argument in unsupported.items() if argument is not None]
+        if given:
+            raise ValueError(
+                f"Attention over attention_axes={self.axes} of rank-{self.rank} inputs takes `attention_mask` (keras' "
+                f"layout) but not {', '.join(f'`{name}`' for name in given)}: those are defined for (batch, length, "
+                "dim) sequences."
+            )
+        ordered = [name for name, used in ordered.items() if used]
+        if ordered and len(self.axes) != 1:
+            raise ValueError(
+                f"{', '.join(f'`{name}`' for name in ordered)} order the positions along one axis; this layer attends "
+                f"over {len(self.axes)} axes {self.axes} at once. Attend over one axis, or pass an `attention_mask`."
+            )
 
     def fold(self, x, name):
         """(B, d_1, ..., d_{r-2}, D) -> (B * prod(O), prod(A), D)."""

@@ -30,6 +30,8 @@ Per-head tensors use the layout of ``keras.layers.MultiHeadAttention`` and ``ker
 ``n // (N / N_kv)`` (grouped-query attention).
 """
 
+import warnings
+
 import keras
 from keras import backend, ops
 
@@ -706,46 +708,8 @@ def _jitted_call():
     return _JITTED[0]
 
 
-def visible_queries(query_length, key_length, *, query_mask=None, key_mask=None, attention_mask=None,
-                    causal=False, offset=None, window=None):
-    """(B|1, T) boolean: the queries that see at least one key under the structural masks of
-    :func:`chunked_attention`, or None when every query does. No (T, S) tensor is built unless ``attention_mask``
-    is given (then it is combined with the others and reduced, at the size of the user's own mask).
-
-    Without an explicit mask, query t (position q = offset + t) sees a key iff a key s in
-    [max(q + d_lo, 0), min(q + d_hi, S - 1)] is not padded: a difference of prefix counts of ``key_mask``.
-    """
-    offset = ops.cast(key_length - query_length if offset is None else offset, "int32")
-    d_lo = None if window is None else -(window - 1)
-    d_hi = 0 if causal else (None if window is None else window - 1)
-    if attention_mask is not None:
-        mask = ops.cast(attention_mask, "bool")
-        if len(mask.shape) == 4:
-            mask = ops.any(mask, axis=1)
-        band = None
-        if d_lo is not None or d_hi is not None:
-            i = ops.arange(query_length, dtype="int32")[:, None] + offset
-            j = ops.arange(key_length, dtype="int32")[None]
-            band = ops.ones((query_length, key_length), "bool")
-            if d_hi is not None:
-                band = ops.logical_and(band, j - i <= d_hi)
-            if d_lo is not None:
-                band = ops.logical_and(band, j - i >= d_lo)
-            band = band[None]
-        keys = None if key_mask is None else ops.cast(key_mask, "bool")[:, None, :]
-        visible = ops.any(masking.combine_masks(mask, band, keys), axis=-1)
-        return masking.combine_masks(visible, query_mask)
-    visible = None
-    if d_lo is not None or d_hi is not None or key_mask is not None:
-        position = ops.arange(query_length, dtype="int32") + offset  # (T,)
-        first = ops.maximum(position + d_lo, 0) if d_lo is not None else ops.zeros_like(position)
-        last = ops.minimum(position + d_hi, key_length - 1) if d_hi is not None else ops.full_like(
-            position, key_length - 1)
-        visible = (last >= first)[None]
-        if key_mask is not None:
-            counts = ops.cumsum(ops.cast(key_mask, "int32"), axis=1)  # keys visible among 0 .. s
-            counts = ops.pad(counts, [[0, 0], [1, 0]])  # counts[:, s] = visible keys among 0 .. s - 1
-            upper = ops.take(counts, ops.clip(last + 1, 0, key_length), axis=1)
-            lower = ops.take(counts, ops.clip(first, 0, key_length), axis=1)
-            visible = ops.logical_and(visible, upper - lower > 0)
-    return masking.combine_masks(visible, query_mask)
+def visible_queries(query_length, key_length, **structure):
+    """Deprecated: :func:`attnlayers.masking.visible_queries` (the same function)."""
+    warnings.warn("attnlayers.chunked.visible_queries is deprecated; use attnlayers.masking.visible_queries.",
+                  DeprecationWarning, stacklevel=2)
+    return masking.visible_queries(query_length, key_length, **structure)

@@ -10,7 +10,7 @@ flash_attention=True)`` raises there), so this route does not exist under Tensor
 
 The library's rules hold here as on every route: boolean masks (True = may attend) are applied as a finite large
 negative logit, so a query that sees no key gets a finite row (its output is then zeroed by the caller from
-:func:`attnlayers.chunked.visible_queries`, never NaN, with finite gradients). The cuDNN kernel takes a mask only
+:func:`attnlayers.masking.visible_queries`, never NaN, with finite gradients). The cuDNN kernel takes a mask only
 as a (B, 1, T, S) bias; a causal rule with T == S and the default offset goes to its own causal mode instead.
 
 Per-head tensors use the layout of ``keras.layers.MultiHeadAttention``: (B, T, N, H) queries, (B, S, N_kv, H) keys

@@ -18,8 +18,9 @@ step costs O(i) rather than O(S_max). A step's new key and value are written eit
 (:func:`write_position`, then :func:`attend_one`) or attended beside the cache and written afterwards
 (``attend_one(..., new=(key, value))``): the first where writes are in place (:func:`updates_in_place`: XLA),
 the second elsewhere, where every write copies the cache, so a decoder stack writes all its layers at once.
-Both compute the same attention. :func:`update` writes a whole call's keys and values (prefill, the general
-cached path).
+Both compute the same attention; :func:`step` is either, given a layer's projected query, key and value.
+:func:`update` writes a whole call's keys and values (prefill, the general cached path); :func:`check_cache` refuses,
+by name, a cache a layer cannot use.
 
 Example:
 >>> cache = kv_cache.write_position(cache, ops.stack((k[:, 0], v[:, 0]), axis=1), i)    # (B, 2, S_max, N_kv, H)
@@ -30,7 +31,7 @@ import keras
 from keras import ops
 
 from attnlayers import fused, masking
-from attnlayers.validation import format_shape, positive_int
+from attnlayers.validation import format_shape, is_int, positive_int, same_size
 
 __all__ = ["attend_one", "prefix_lengths", "update", "updates_in_place", "write_position"]
 
@@ -203,6 +204,70 @@ def attend_one(query, cache, index, *, num_heads, num_key_value_heads, scale, sl
         return attend(lengths[0])()
     branch = ops.sum(ops.cast(read > ops.convert_to_tensor(lengths[:-1], "int32"), "int32"))
     return ops.switch(branch, [attend(length) for length in lengths])
+
+
+def check_cache(cache, index, *, batch, new_length, num_key_value_heads, key_dim, value_dim):
+    """Refuses, by name, a cache a layer cannot use: a (B, 2, S_max, N_kv, H) layout of other sizes, a layer whose
+    key_dim and value_dim differ (a cache stacks keys and values), an ``index`` that is not an int or a scalar
+    tensor, or an int ``index`` writing ``new_length`` keys beyond S_max; and an ``index`` without a cache."""
+    if cache is None:
+        if index is not None:
+            raise ValueError(
+                "`cache_update_index` is only meaningful with a `cache`; received "
+                f"cache_update_index={index!r} and cache=None."
+            )
+        return
+    expected = (batch, 2, None, num_key_value_heads, key_dim)
+    shape = tuple(cache.shape)
+    if value_dim != key_dim:
+        raise ValueError(
+            f"A `cache` stacks keys and values, so it needs key_dim == value_dim; this layer has "
+            f"key_dim={key_dim} and value_dim={value_dim}."
+        )
+    if len(shape) != 5 or not all(same_size(a, b) for a, b in zip(shape, expected)):
+        raise ValueError(
+            f"`cache` must have shape (batch, 2, max_length, num_key_value_heads, key_dim) = "
+            f"{format_shape(expected)}; received shape {format_shape(shape)}."
+        )
+    if is_int(index):
+        max_length = shape[2]
+        if index < 0 or (new_length is not None and max_length is not None and index + new_length > max_length):
+            raise ValueError(
+                f"`cache_update_index`={index} writes {new_length} new key(s) beyond a cache "
+                f"of max_length {max_length}: expected 0 <= cache_update_index <= {max_length} - "
+                f"{new_length}."
+            )
+    elif index is not None and len(getattr(index, "shape", (0,))) != 0:
+        raise ValueError(
+            "`cache_update_index` must be a Python int or a scalar integer tensor; received "
+            f"{index!r}."
+        )
+
+
+def step(query, key, value, cache, index, *, num_heads, num_key_value_heads, scale, sliding_window=None, layer=None,
+         write=True):
+    """The attention of one new position i over a cache, given its projected (and rotated) query, key and value:
+    the cached self-attention step of a decoder (eq. 1 over the positions s <= i).
+
+    Args:
+        query: (B, 1, N, H); key, value: (B, 1, N_kv, H), position i's.
+        cache, index, num_heads, num_key_value_heads, scale, sliding_window, layer: as :func:`attend_one`.
+        write: True: the key and value are written at position i first (:func:`write_position`) and read back with
+            the prefix, best where the backend updates in place (:func:`updates_in_place`); False: the cache is not
+            written, the new key is attended beside the positions s < i and returned for the caller to write (one
+            write for every layer of a stack, where each write copies the cache).
+
+    Returns:
+        ``(heads, cache)`` with ``write``, else ``(heads, entry)``: the heads (B, 1, N, H) and the written cache, or
+        position i's key and value (B, 2, N_kv, H).
+    """
+    entry = ops.stack((key[:, 0], value[:, 0]), axis=1)  # (B, 2, N_kv, H)
+    heads_of = {"num_heads": num_heads, "num_key_value_heads": num_key_value_heads, "scale": scale,
+                "sliding_window": sliding_window, "layer": layer}
+    if write:
+        cache = write_position(cache, entry, index, layer)
+        return attend_one(query, cache, index, **heads_of), cache
+    return attend_one(query, cache, index, new=(key, value), **heads_of), entry
 
 
 def _prefix(cache, layer, length, dtype):

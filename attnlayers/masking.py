@@ -12,7 +12,7 @@ import keras
 import ml_dtypes  # finfo for bfloat16 too; a dependency of TensorFlow and JAX
 from keras import backend, ops
 
-from attnlayers.validation import format_shape, is_int, positive_int
+from attnlayers.validation import format_shape, is_int, positive_int, same_size
 
 _REDUCED_PRECISION = ("float16", "bfloat16")
 
@@ -66,6 +66,11 @@ def large_negative(dtype):
     ``-inf`` (NaN for fully-masked rows) or a literal ``-1e9`` (overflows float16).
     """
     return float(-0.7 * ml_dtypes.finfo(backend.standardize_dtype(dtype)).max)
+
+
+def sequence_length(x):
+    """The length (axis 1) of a (B, L, ...) tensor: static when known, else the dynamic one."""
+    return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
 
 def _static_shape(x):
@@ -312,3 +317,135 @@ def compute_attention_mask(
     """
     causal = causal_mask(query_length, key_length, offset)[None] if use_causal_mask else None
     return combine_masks(padding_to_attention_mask(query_mask, key_mask), attention_mask, causal)
+
+
+def visible_queries(query_length, key_length, *, query_mask=None, key_mask=None, attention_mask=None,
+                    causal=False, offset=None, window=None):
+    """(B|1, T) boolean: the queries that see at least one key under the structural masks of
+    :func:`attnlayers.chunked.chunked_attention`, or None when every query does. No (T, S) tensor is built unless
+    ``attention_mask`` is given (then it is combined with the others and reduced, at the size of the user's own
+    mask).
+
+    Without an explicit mask, query t (position q = offset + t) sees a key iff a key s in
+    [max(q + d_lo, 0), min(q + d_hi, S - 1)] is not padded: a difference of prefix counts of ``key_mask``.
+    """
+    offset = ops.cast(key_length - query_length if offset is None else offset, "int32")
+    d_lo = None if window is None else -(window - 1)
+    d_hi = 0 if causal else (None if window is None else window - 1)
+    if attention_mask is not None:
+        mask = ops.cast(attention_mask, "bool")
+        if len(mask.shape) == 4:
+            mask = ops.any(mask, axis=1)
+        band = None
+        if d_lo is not None or d_hi is not None:
+            i = ops.arange(query_length, dtype="int32")[:, None] + offset
+            j = ops.arange(key_length, dtype="int32")[None]
+            band = ops.ones((query_length, key_length), "bool")
+            if d_hi is not None:
+                band = ops.logical_and(band, j - i <= d_hi)
+            if d_lo is not None:
+                band = ops.logical_and(band, j - i >= d_lo)
+            band = band[None]
+        keys = None if key_mask is None else ops.cast(key_mask, "bool")[:, None, :]
+        visible = ops.any(combine_masks(mask, band, keys), axis=-1)
+        return combine_masks(visible, query_mask)
+    visible = None
+    if d_lo is not None or d_hi is not None or key_mask is not None:
+        position = ops.arange(query_length, dtype="int32") + offset  # (T,)
+        first = ops.maximum(position + d_lo, 0) if d_lo is not None else ops.zeros_like(position)
+        last = ops.minimum(position + d_hi, key_length - 1) if d_hi is not None else ops.full_like(
+            position, key_length - 1)
+        visible = (last >= first)[None]
+        if key_mask is not None:
+            counts = ops.cumsum(ops.cast(key_mask, "int32"), axis=1)  # keys visible among 0 .. s
+            counts = ops.pad(counts, [[0, 0], [1, 0]])  # counts[:, s] = visible keys among 0 .. s - 1
+            upper = ops.take(counts, ops.clip(last + 1, 0, key_length), axis=1)
+            lower = ops.take(counts, ops.clip(first, 0, key_length), axis=1)
+            visible = ops.logical_and(visible, upper - lower > 0)
+    return combine_masks(visible, query_mask)
+
+
+def keras_attention_mask(mask):
+    """keras' attention-mask shapes as (B|1, T, S): (T, S) -> (1, T, S); (B|1, 1, T, S) -> (B|1, T, S); a per-head
+    (B|1, N, T, S) kept; a float mask as keras' cast to bool (nonzero = may attend: an additive 0 / -inf mask goes
+    to ``attention_bias`` instead). None stays None."""
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    if "float" in backend.standardize_dtype(mask.dtype):
+        mask = ops.not_equal(mask, 0)
+    if len(mask.shape) == 2:
+        return mask[None]
+    if len(mask.shape) == 4 and mask.shape[1] == 1:
+        return mask[:, 0]
+    return mask
+
+
+def key_padding_mask(value_mask, key_mask, batch, key_length, cached=False):
+    """The (B, S) padding of the keys: ``value_mask`` AND ``key_mask`` (each checked, either may be None), or None.
+    With a cache (``cached``) S counts the cache positions, and a mask of another length is refused by name."""
+    masks = []
+    for name, mask in (("value_mask", value_mask), ("key_mask", key_mask)):
+        if mask is None:
+            continue
+        static = static_sizes((batch, key_length))
+        if cached and len(mask.shape) == 2 and not same_size(mask.shape[1], static[1]):
+            raise ValueError(
+                f"With a `cache`, `{name}` masks the cache positions: expected shape "
+                f"{format_shape(static)}; received shape {format_shape(mask.shape)}. (An "
+                f"implicit Keras mask of the new tokens cannot be placed in the cache: pass an "
+                f"`attention_mask` instead.)"
+            )
+        masks.append(check_mask(mask, name, (batch, key_length)))
+    return combine_masks(*masks)
+
+
+def mask_pieces(query, value, query_mask, value_mask, key_mask, attention_mask, num_heads, cached=False):
+    """The checked mask pieces of a multi-head attention call: query padding (B, T), key padding (B, S)
+    (value_mask AND key_mask, :func:`key_padding_mask`) and the explicit attention mask (B, T, S) or per head
+    (B, N, T, S) (keras' shapes accepted, :func:`keras_attention_mask`; axes of size 1 broadcast), each boolean or
+    None. ``query`` (B, T, ...) and ``value`` (B, S, ...) give the sizes; ``num_heads`` N."""
+    # ops.shape: under tf.function with None axes, the sizes only known at run time are checked then.
+    (batch, query_length), key_length = ops.shape(query)[:2], ops.shape(value)[1]
+    query_mask = check_mask(query_mask, "query_mask", (batch, query_length))
+    key_padding = key_padding_mask(value_mask, key_mask, batch, key_length, cached)
+    attention_mask = keras_attention_mask(attention_mask)
+    expected = (batch, query_length, key_length)
+    if attention_mask is not None and len(attention_mask.shape) == 4:
+        expected = (batch, num_heads, query_length, key_length)
+    attention_mask = check_mask(attention_mask, "attention_mask", expected)
+    return query_mask, key_padding, attention_mask
+
+
+def combine_pieces(query_length, key_length, query_mask, key_padding, attention_mask, *, use_causal_mask=False,
+                   offset=None, window=None, cache_mask=None):
+    """One mask from the pieces of :func:`mask_pieces`, the causal rule and keras' sliding window at ``offset`` (the
+    absolute position of query 0) and a cache's (1, 1, S) written positions.
+
+    Returns:
+        Boolean mask broadcastable to (B, T, S) (to (B, N, T, S) with a per-head ``attention_mask``), or None when
+        nothing is masked.
+    """
+    per_head = attention_mask if attention_mask is not None and len(attention_mask.shape) == 4 else None
+    mask = compute_attention_mask(
+        query_length, key_length, query_mask, key_padding, None if per_head is not None else attention_mask,
+        use_causal_mask, offset=offset,
+    )
+    if window is not None:  # keras' band: |i - j| < window, i the absolute query position
+        mask = combine_masks(mask, keras_window_mask(query_length, key_length, window, offset=offset)[None])
+    mask = combine_masks(mask, cache_mask)
+    if per_head is None:
+        return mask
+    return per_head if mask is None else ops.logical_and(ops.expand_dims(mask, 1), per_head)  # (B, N, T, S)
+
+
+def zero_invisible_queries(output, mask):
+    """``output`` (B, T, ...) with 0 for each query that sees no key (in any head) under ``mask`` (B|1, T, S) or
+    (B|1, N, T, S) (not the output bias); ``output`` itself when ``mask`` is None."""
+    if mask is None:
+        return output
+    visible = ops.any(mask, axis=-1)
+    if len(mask.shape) == 4:  # a per-head mask (B, N, T, S)
+        visible = ops.any(visible, axis=1)
+    visible = ops.reshape(visible, ops.shape(visible) + (1,) * (len(output.shape) - 2))
+    return ops.where(visible, output, ops.zeros_like(output))

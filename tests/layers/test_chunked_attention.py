@@ -9,9 +9,11 @@ import pytest
 from keras import ops
 
 from attnlayers import masking
-from attnlayers.chunked import _Problem, chunked_attention, dropout_keep_mask, seed_tensor, visible_queries
-from attnlayers.multi_head import MEMORY_EFFICIENT_MIN_LENGTH, MultiHeadAttention
+from attnlayers.chunked import _Problem, chunked_attention, dropout_keep_mask, seed_tensor
+from attnlayers.masking import visible_queries
+from attnlayers.multi_head import MultiHeadAttention
 from attnlayers.positional import ALiBi
+from attnlayers.routes import CHUNKED_MIN_LENGTH, AttentionRoute
 
 BACKEND = keras.backend.backend()
 B, T, S, N, N_KV, H, HV = 2, 7, 10, 4, 2, 3, 2
@@ -308,11 +310,23 @@ def test_layer_dropout_trains_and_is_off_at_inference():
     assert np.all(np.isfinite(_np(a))) and not np.allclose(_np(a), _np(b))  # a fresh mask per call
 
 
-def test_automatic_choice():
-    """implementation="auto" takes the exact route below MEMORY_EFFICIENT_MIN_LENGTH (always at T <= 512), the
+def test_deprecated_names_warn_and_name_the_new_ones():
+    """The names the chunked route had before its rename, kept as deprecated aliases."""
+    from attnlayers import chunked, multi_head
+
+    with pytest.warns(DeprecationWarning, match="attnlayers.routes.CHUNKED_MIN_LENGTH"):
+        assert multi_head.MEMORY_EFFICIENT_MIN_LENGTH == CHUNKED_MIN_LENGTH
+    with pytest.warns(DeprecationWarning, match="attnlayers.masking.visible_queries"):
+        old = chunked.visible_queries(4, 6, key_mask=np.array([[True] * 2 + [False] * 4]), window=2)
+    np.testing.assert_array_equal(_np(old), _np(visible_queries(4, 6, key_mask=np.array([[True] * 2 + [False] * 4]),
+                                                                window=2)))
+
+
+def test_automatic_choice(monkeypatch):
+    """implementation="auto" takes the exact route below CHUNKED_MIN_LENGTH (always at T <= 512), the
     chunked one above it when the call allows (no cuDNN on a CPU); the aliases select their routes."""
     layer = MultiHeadAttention(2, 4)
-    short, long = 512, MEMORY_EFFICIENT_MIN_LENGTH
+    short, long = 512, CHUNKED_MIN_LENGTH
     assert layer.attention_implementation(short, short) == "exact"
     assert layer.attention_implementation(long, long) == "chunked"
     assert layer.attention_implementation(long, long, return_attention_scores=True) == "exact"
@@ -322,13 +336,13 @@ def test_automatic_choice():
     assert MultiHeadAttention(2, 4, memory_efficient=True).attention_implementation(short, short) == "chunked"
     flash = "fused" if keras.backend.backend() == "jax" else "chunked"  # keras' alias: the fused kernel or blocks
     assert MultiHeadAttention(2, 4, flash_attention=True).attention_implementation(short, short) == flash
-    # A short call really goes through the plain path (its scores exist; the chunked function is not called).
+    # A short call really goes through the plain path (the chunked function is not called).
     calls = []
+    monkeypatch.setattr("attnlayers.chunked.chunked_attention", lambda *a, **k: calls.append(a))
     layer = MultiHeadAttention(2, 4)
-    layer._memory_efficient_attention = lambda *a: calls.append(a)
     x = np.ones((1, 5, 8), "float32")
     layer(x, x)
-    assert not calls
+    assert not calls and layer.last_attention == AttentionRoute("exact")
 
 
 def test_errors_and_config():

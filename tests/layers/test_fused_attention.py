@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from attnlayers import fused, multi_head
+from attnlayers import fused, routes
 from attnlayers.multi_head import AttentionRoute, MultiHeadAttention
 from attnlayers.positional import ALiBi, RotaryEmbedding
 from attnlayers.transformer import TransformerDecoderBlock
@@ -162,7 +162,7 @@ def test_routes_refuse_by_name():
 @pytest.fixture
 def fresh_warnings(monkeypatch):
     """Forget the fallback warnings given so far in this process (each is given once)."""
-    monkeypatch.setattr(multi_head, "_WARNED", set())
+    monkeypatch.setattr(routes, "_WARNED", set())
 
 
 def _pretend_gpu(monkeypatch, cudnn=None):
@@ -294,7 +294,7 @@ def test_explicit_fused_without_cudnn_warns_once_and_reports_the_kernel_that_ran
 
 
 def test_auto_records_the_route_each_call_took(monkeypatch, fresh_warnings):
-    """Under "auto" the record names the route that computed each call (exact; from MEMORY_EFFICIENT_MIN_LENGTH
+    """Under "auto" the record names the route that computed each call (exact; from CHUNKED_MIN_LENGTH
     exact with scores, else chunked); under JAX where cuDNN takes the call (a stand-in kernel
     here), "fused" with kernel "cudnn", silently. A compiled function records when it is traced, not when it runs."""
     x = np.zeros((1, T, D), "float32")
@@ -302,7 +302,7 @@ def test_auto_records_the_route_each_call_took(monkeypatch, fresh_warnings):
     assert layer.last_attention is None
     layer(x, x)
     assert layer.last_attention == AttentionRoute("exact")
-    monkeypatch.setattr(multi_head, "MEMORY_EFFICIENT_MIN_LENGTH", T)
+    monkeypatch.setattr(routes, "CHUNKED_MIN_LENGTH", T)
     layer(x, x, return_attention_scores=True)
     assert layer.last_attention == AttentionRoute("exact")
     if BACKEND == "tensorflow":

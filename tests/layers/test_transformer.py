@@ -343,3 +343,18 @@ def test_decoder_block_outputs_pack_and_unpack():
         )
         assert parts.pack(has_self, has_cross, scores) == packed
         assert DecoderBlockOutputs.unpack(packed, has_self, has_cross, scores) == parts
+
+
+def test_the_split_modules_keep_every_public_name_of_attnlayers_transformer():
+    """attnlayers.transformer holds the stacks and re-exports the blocks and the feed-forward sublayer, the same
+    classes under the same registered names."""
+    import keras
+
+    from attnlayers import feed_forward, transformer, transformer_blocks
+
+    for name in transformer.__all__:
+        cls = getattr(transformer, name)
+        assert cls is getattr(feed_forward, name, None) or cls is getattr(transformer_blocks, name, None) \
+            or cls.__module__ == "attnlayers.transformer"
+    for cls in (transformer.FeedForward, transformer.TransformerEncoderBlock, transformer.TransformerDecoder):
+        assert keras.saving.get_registered_name(cls) == f"attnlayers>{cls.__name__}"
