@@ -33,7 +33,7 @@ from attnlayers import (  # noqa: E402
 from attnlayers.attention import Attention, AttentionBase, AttentionPooling
 from attnlayers.bigbird import BigBirdAttention, bigbird_mask, bigbird_pattern
 from attnlayers.chunked import chunked_attention
-from attnlayers.decoding import BeamSearch, DecodeResult, GreedySearch, Sampling, generate
+from attnlayers.decoding import BeamSearch, DecodeResult, GreedySearch, Sampling, Search, generate
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.hard import (
     GumbelTemperatureSchedule,

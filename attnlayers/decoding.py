@@ -31,6 +31,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from attnlayers.deprecation import renamed_attributes, renamed_keyword
 from attnlayers.validation import concrete_value, is_int, is_number, positive_int, positive_number
 
 # A finite "minus infinity" for impossible candidates: -inf would give inf - inf = NaN in the beam sums and the
@@ -61,13 +62,13 @@ class DecodeResult(NamedTuple):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Strategies
+# Searches
 
 
-class Strategy:
-    """Base of the decoding strategies. ``num_return`` is the number of sequences returned per row (None: one
-    sequence, outputs without the t axis); ``stochastic`` says whether the strategy draws random numbers (and
-    so takes a seed). A strategy that picks one token per row and step implements ``choose(logits (B, V)
+class Search:
+    """Base of the decoding searches. ``num_return`` is the number of sequences returned per row (None: one
+    sequence, outputs without the t axis); ``stochastic`` says whether the search draws random numbers (and
+    so takes a seed). A search that picks one token per row and step implements ``choose(logits (B, V)
     float32, index, seed) -> (B,) int32`` (and, if stochastic, ``initial_seed(seed) -> (2,) uint32``)."""
 
     num_return = None
@@ -81,11 +82,11 @@ class Strategy:
         return f"{type(self).__name__}({args})"
 
 
-class GreedySearch(Strategy):
+class GreedySearch(Search):
     """Greedy search: the most probable token at every step, ``y_i = argmax_v logits_i[v]``.
 
     Example:
-    >>> result = generate(next, prompt, max_length=32, strategy=GreedySearch())
+    >>> result = generate(next, prompt, max_length=32, search=GreedySearch())
     >>> result.tokens          # (B, 32)
     """
 
@@ -94,7 +95,7 @@ class GreedySearch(Strategy):
         return ops.cast(ops.argmax(logits, axis=-1), "int32")
 
 
-class Sampling(Strategy):
+class Sampling(Search):
     """Ancestral sampling from softmax(logits / temperature), optionally restricted to the ``top_k`` most
     probable tokens (Fan et al. 2018) and / or to the nucleus: the smallest set of most probable tokens whose
     probability reaches ``top_p`` (Holtzman et al. 2020, section 3.1). With both, the nucleus is taken among
@@ -124,8 +125,8 @@ class Sampling(Strategy):
             e.g. a signature input). None: a fresh random seed per Python call (per trace when compiled).
 
     Example:
-    >>> strategy = Sampling(temperature=0.8, top_p=0.9, seed=42)
-    >>> result = generate(next, prompt, max_length=64, strategy=strategy, stop_token_ids=[eos])
+    >>> search = Sampling(temperature=0.8, top_p=0.9, seed=42)
+    >>> result = generate(next, prompt, max_length=64, search=search, stop_token_ids=[eos])
     >>> Sampling(temperature=tf.constant(0.8), top_k=tf.constant(0), top_p=tf.constant(0.9))  # the same tokens
     """
 
@@ -319,7 +320,7 @@ def _hash_uniform(seed, index, cell):
     return (ops.cast(bits, "float32") + 0.5) * (2.0**-23)
 
 
-class BeamSearch(Strategy):
+class BeamSearch(Search):
     """Beam search keeping ``num_beams`` (k) hypotheses and returning the ``num_return`` (t) best.
 
     At each step every alive beam is extended by every token; of the 2k best candidates (by log-probability),
@@ -340,7 +341,7 @@ class BeamSearch(Strategy):
         alpha: length-normalisation exponent (>= 0).
 
     Example:
-    >>> result = generate(next, start, max_length=50, strategy=BeamSearch(4, num_return=2, alpha=0.6),
+    >>> result = generate(next, start, max_length=50, search=BeamSearch(4, num_return=2, alpha=0.6),
     ...                   cache=cache, stop_token_ids=[eos])
     >>> result.tokens[:, 0]    # (B, 50): the best translation of each source sentence
     """
@@ -363,7 +364,7 @@ class BeamSearch(Strategy):
         return {"num_beams": self.num_beams, "num_return": self.num_return, "alpha": self.alpha}
 
 
-_STRATEGIES = {
+_SEARCHES = {
     "greedy": GreedySearch,
     "beam": lambda: BeamSearch(),
     "random": lambda: Sampling(),
@@ -374,7 +375,7 @@ _STRATEGIES = {
 
 
 def _from_keras_hub(sampler):
-    """The strategy equivalent to a keras-hub sampler (its settings; the draws are this module's), or None."""
+    """The search equivalent to a keras-hub sampler (its settings; the draws are this module's), or None."""
     samplers = sys.modules["keras_hub"].samplers
     kind = type(sampler)
     if kind is samplers.GreedySampler:
@@ -389,42 +390,42 @@ def _from_keras_hub(sampler):
     return None
 
 
-def get_strategy(identifier):
-    """A decoding strategy from a name, a :class:`Strategy` or a keras-hub sampler.
+def get_search(identifier):
+    """A decoding search from a name, a :class:`Search` or a keras-hub sampler.
 
     Args:
         identifier: "greedy", "beam" (k = 4), "random" or "sample", "top_k" (k = 5), "top_p" (p = 0.9); a
-            :class:`Strategy`; or a ``keras_hub.samplers`` ``GreedySampler``, ``RandomSampler``,
-            ``TopKSampler`` or ``TopPSampler``, translated to the equivalent strategy (same temperature, k, p
+            :class:`Search`; or a ``keras_hub.samplers`` ``GreedySampler``, ``RandomSampler``,
+            ``TopKSampler`` or ``TopPSampler``, translated to the equivalent search (same temperature, k, p
             and seed). Other keras-hub samplers (beam, contrastive, subclasses with their own token rule) are
             refused: use :class:`BeamSearch` for beam search.
 
     Returns:
-        A :class:`Strategy`.
+        A :class:`Search`.
 
     Example:
-    >>> get_strategy("top_k")                                  # Sampling(top_k=5)
-    >>> get_strategy(keras_hub.samplers.TopKSampler(k=10))     # Sampling(top_k=10)
+    >>> get_search("top_k")                                  # Sampling(top_k=5)
+    >>> get_search(keras_hub.samplers.TopKSampler(k=10))     # Sampling(top_k=10)
     """
-    if isinstance(identifier, Strategy):
+    if isinstance(identifier, Search):
         return identifier
     if isinstance(identifier, str):
-        if identifier not in _STRATEGIES:
-            raise ValueError(f"`strategy` must be one of {sorted(_STRATEGIES)}; received strategy={identifier!r}.")
-        return _STRATEGIES[identifier]()
+        if identifier not in _SEARCHES:
+            raise ValueError(f"`search` must be one of {sorted(_SEARCHES)}; received search={identifier!r}.")
+        return _SEARCHES[identifier]()
     keras_hub = sys.modules.get("keras_hub")  # a keras-hub sampler implies keras_hub is imported
     if keras_hub is not None and isinstance(identifier, keras_hub.samplers.Sampler):
-        strategy = _from_keras_hub(identifier)
-        if strategy is None:
+        search = _from_keras_hub(identifier)
+        if search is None:
             raise ValueError(
-                f"keras-hub's {type(identifier).__name__} is not supported as a strategy (only GreedySampler, "
+                f"keras-hub's {type(identifier).__name__} is not supported as a search (only GreedySampler, "
                 "RandomSampler, TopKSampler and TopPSampler are translated); use attnlayers.decoding.BeamSearch "
-                f"for beam search, or Sampling for sampling. Received strategy={identifier!r}."
+                f"for beam search, or Sampling for sampling. Received search={identifier!r}."
             )
-        return strategy
+        return search
     raise ValueError(
-        "`strategy` must be a name (greedy, beam, random, sample, top_k, top_p), an attnlayers.decoding.Strategy or a "
-        f"keras_hub.samplers sampler; received strategy={identifier!r}."
+        "`search` must be a name (greedy, beam, random, sample, top_k, top_p), an attnlayers.decoding.Search or a "
+        f"keras_hub.samplers sampler; received search={identifier!r}."
     )
 
 
@@ -553,11 +554,12 @@ def _ends_with_stop_sequence(tokens, given, index, sequences):
     return ops.any(ops.all(ops.logical_or(same, ops.logical_not(used)), axis=-1), axis=-1)
 
 
+@renamed_keyword("strategy", "search")
 def generate(
     next,
     prompt,
     max_length,
-    strategy="greedy",
+    search="greedy",
     *,
     cache=None,
     prompt_mask=None,
@@ -578,8 +580,8 @@ def generate(
         prompt: (B, P) int token ids (prompts or start tokens), or (B,) start tokens. Every row needs at
             least one token (positions before ``index`` must be given).
         max_length: L, a Python int >= P: the length of the output, prompt included.
-        strategy: a :class:`Strategy` (:class:`GreedySearch`, :class:`BeamSearch`, :class:`Sampling`), a
-            name, or a keras-hub sampler (see :func:`get_strategy`).
+        search: a :class:`Search` (:class:`GreedySearch`, :class:`BeamSearch`, :class:`Sampling`), a
+            name, or a keras-hub sampler (see :func:`get_search`).
         cache: None or any nest of tensors with the batch on axis 0 (B rows; beam search repeats them k times
             and reorders them with the beams): key/value caches sized for L, RNN states, an encoder memory.
         prompt_mask: (B, P) boolean, True at the given tokens of right-padded prompts of different lengths:
@@ -594,7 +596,7 @@ def generate(
             finished: the stop token is kept and the rest padded. The loop ends when every row is finished
             (every beam search row decided) or at L.
         pad_token_id: written after the end of each sequence.
-        seed: overrides the strategy's seed for this call (sampling only): an int, a scalar integer tensor or
+        seed: overrides the search's seed for this call (sampling only): an int, a scalar integer tensor or
             a (2,) integer tensor (e.g. an input of a compiled or exported function).
         max_new_tokens: None, an int >= 1 or a scalar integer tensor (e.g. a signature input): a row is
             finished once it has generated this many tokens (after its own prompt); the loop still has the
@@ -619,16 +621,16 @@ def generate(
     >>> result.tokens.shape, result.scores.shape
     ((B, 64), (B,))
     """
-    strategy = get_strategy(strategy)
+    search = get_search(search)
     stop_token_ids = _check_stop_token_ids(stop_token_ids)
     stop_sequences = check_stop_sequences(stop_sequences)
     max_length = positive_int(max_length, "max_length", what="the output length, prompt included")
     check_seed(seed)
     if max_new_tokens is not None:
-        if isinstance(strategy, BeamSearch):
+        if isinstance(search, BeamSearch):
             raise ValueError(
                 "`max_new_tokens` is for greedy search and sampling; beam search stops at `max_length` (set it to "
-                f"the prompt length + the new tokens). Received max_new_tokens={max_new_tokens!r} with {strategy!r}."
+                f"the prompt length + the new tokens). Received max_new_tokens={max_new_tokens!r} with {search!r}."
             )
         if _is_tensor(max_new_tokens):
             _check_setting(max_new_tokens, "max_new_tokens", lambda n: n >= 1, "an integer >= 1", integer=True)
@@ -680,21 +682,21 @@ def generate(
     index = ops.cast(ops.convert_to_tensor(index), "int32")
     cache = () if cache is None else cache
 
-    if isinstance(strategy, BeamSearch):
-        return _beam_search(next, strategy, prompt, mask, given_lengths, cache, index, max_length, stop_token_ids,
+    if isinstance(search, BeamSearch):
+        return _beam_search(next, search, prompt, mask, given_lengths, cache, index, max_length, stop_token_ids,
                             pad, stop_sequences)
-    seed = strategy.initial_seed(seed) if strategy.stochastic else None
+    seed = search.initial_seed(seed) if search.stochastic else None
     limit = None
     if max_new_tokens is not None:  # (B,): clipped to max_length first, so that the sum cannot overflow int32
         new = ops.minimum(ops.cast(max_new_tokens, "int64"), max_length)
         limit = given_lengths + ops.cast(new, "int32")
-    return _one_token_search(next, strategy, prompt, mask, cache, index, max_length, stop_token_ids, pad, seed,
+    return _one_token_search(next, search, prompt, mask, cache, index, max_length, stop_token_ids, pad, seed,
                              stop_sequences, limit)
 
 
-def _one_token_search(next, strategy, tokens, given, cache, index, max_length, stop_token_ids, pad, seed,
+def _one_token_search(next, search, tokens, given, cache, index, max_length, stop_token_ids, pad, seed,
                       stop_sequences=None, limit=None):
-    """Greedy search and sampling: one token per row and step, chosen by ``strategy.choose``; a row also
+    """Greedy search and sampling: one token per row and step, chosen by ``search.choose``; a row also
     stops at a stop sequence, or at position ``limit`` (B,) (its prompt length + ``max_new_tokens``)."""
     batch = ops.shape(tokens)[0]
     state = {
@@ -712,7 +714,7 @@ def _one_token_search(next, strategy, tokens, given, cache, index, max_length, s
     def body(state):
         index, tokens, finished = state["index"], state["tokens"], state["finished"]
         logits, cache = _step(next, tokens, state["cache"], index)
-        chosen = strategy.choose(logits, index, seed)
+        chosen = search.choose(logits, index, seed)
         forced = _column(given, index)
         token = ops.where(forced, _column(tokens, index), chosen)
         token = ops.where(finished, pad, token)
@@ -741,9 +743,9 @@ def _one_token_search(next, strategy, tokens, given, cache, index, max_length, s
     return DecodeResult(state["tokens"], state["log_probs"], state["log_probs"], state["end"])
 
 
-def _beam_search(next, strategy, tokens, given, given_lengths, cache, index, max_length, stop_token_ids, pad,
+def _beam_search(next, search, tokens, given, given_lengths, cache, index, max_length, stop_token_ids, pad,
                  stop_sequences=None):
-    k, t, alpha = strategy.num_beams, strategy.num_return, strategy.alpha
+    k, t, alpha = search.num_beams, search.num_return, search.alpha
     batch = ops.shape(tokens)[0]
 
     def beams(x):  # (B, ...) -> (B * k, ...), each row repeated k times
@@ -863,3 +865,9 @@ def _beam_search(next, strategy, tokens, given, given_lengths, cache, index, max
     ends = ops.concatenate([state["fin_end"], ops.full(ops.shape(state["alive"]), max_length, "int32")], axis=1)
     lengths = ops.take_along_axis(ends, best, axis=1)
     return DecodeResult(tokens, rows(scores, t), log_probs, lengths)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Deprecated names: decoding's old word (tf.distribute's) for a search; generate's old keyword is renamed above.
+
+__getattr__ = renamed_attributes(__name__, {"Strategy": "Search", "get_strategy": "get_search"})

@@ -18,11 +18,13 @@ backend when exporting.
 
 import dataclasses
 import inspect
+import warnings
 
 import keras
 import tensorflow as tf
 
-from attnlayers.decoding import GreedySearch, Sampling, check_stop_sequences, generate, get_strategy
+from attnlayers.decoding import GreedySearch, Sampling, check_stop_sequences, generate, get_search
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.stop_strings import check_stop_strings, cut_tensor_at_stop_strings, stop_sequences_for
 from attnlayers.validation import one_of, positive_int
 
@@ -37,8 +39,8 @@ class GenerateExportOptions:
     Args:
         max_length: L, the output length (prompt included), a Python int (None: not known yet, e.g. the model's
             default, filled in before export).
-        strategy: as in :func:`~attnlayers.decoding.generate` (a name, :class:`~attnlayers.decoding.GreedySearch`,
-            :class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`). A sampling strategy
+        search: as in :func:`~attnlayers.decoding.generate` (a name, :class:`~attnlayers.decoding.GreedySearch`,
+            :class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`). A sampling search
             adds an int32 scalar ``seed`` input: the same seed gives the same output (as in-process
             :func:`~attnlayers.decoding.generate` with that seed); no random state is saved.
         stop_token_ids, pad_token_id: as in :func:`~attnlayers.decoding.generate`.
@@ -56,7 +58,7 @@ class GenerateExportOptions:
             setting): ``temperature`` float32 () (0: greedy search), ``top_k`` int32 () (0: off), ``top_p``
             float32 () (1.0: off), ``seed`` int32 () and ``max_new_tokens`` int32 () (a row stops after that
             many generated tokens; the loop keeps its static ``max_length``, so a value >= L means no limit).
-            Invalid values fail a ``tf.debugging`` assertion naming the input. ``strategy`` must then be left
+            Invalid values fail a ``tf.debugging`` assertion naming the input. ``search`` must then be left
             "greedy" or be a :class:`~attnlayers.decoding.Sampling` (its settings are replaced by the inputs).
         stop_sequences: None or lists of token ids, fixed at export: a row stops when its generated tokens end
             with one of them (:func:`~attnlayers.decoding.generate`'s ``stop_sequences``).
@@ -78,7 +80,7 @@ class GenerateExportOptions:
     """
 
     max_length: int | None = None
-    strategy: object = "greedy"
+    search: object = "greedy"
     stop_token_ids: object = None
     pad_token_id: int = 0
     tokenizer: object = None
@@ -113,11 +115,11 @@ class GenerateExportOptions:
                 f"TensorFlow ops; received {self.tokenizer!r}."
             )
         put("truncation", one_of(self.truncation, "truncation", ("right", "left")))
-        put("strategy", get_strategy(self.strategy))
-        if self.settings and not isinstance(self.strategy, (Sampling, GreedySearch)):
+        put("search", get_search(self.search))
+        if self.settings and not isinstance(self.search, (Sampling, GreedySearch)):
             raise ValueError(
                 "`settings=True` samples with the signature's temperature / top_k / top_p (temperature 0: "
-                f"greedy): `strategy` must be 'greedy' or a Sampling; received strategy={self.strategy!r}."
+                f"greedy): `search` must be 'greedy' or a Sampling; received search={self.search!r}."
             )
         for name in ("prompt_prefix", "prompt_suffix"):
             value = getattr(self, name)
@@ -143,13 +145,14 @@ class GenerateExportOptions:
             )
 
     @classmethod
-    def of(cls, options=None, /, max_length=None, strategy=None, **fields):
-        """``options`` (or the defaults) with the given fields replaced (``max_length`` and ``strategy``: when
+    @renamed_keyword("strategy", "search")
+    def of(cls, options=None, /, max_length=None, search=None, **fields):
+        """``options`` (or the defaults) with the given fields replaced (``max_length`` and ``search``: when
         not None); the keyword arguments of the export functions go through here."""
         if max_length is not None:
             fields["max_length"] = max_length
-        if strategy is not None:
-            fields["strategy"] = strategy
+        if search is not None:
+            fields["search"] = search
         if options is None:
             return cls(**fields)
         if not isinstance(options, cls):
@@ -159,7 +162,7 @@ class GenerateExportOptions:
     @property
     def stochastic(self):
         """Whether the loop draws random numbers (and the signature takes a ``seed``)."""
-        return bool(self.settings) or self.strategy.stochastic
+        return bool(self.settings) or self.search.stochastic
 
     @property
     def fitted_length(self):
@@ -167,6 +170,15 @@ class GenerateExportOptions:
         if self.input_length is None and self.tokenizer is not None:
             return self.max_length
         return self.input_length
+
+    @property
+    def strategy(self):
+        """Deprecated: :attr:`search` (decoding's "strategy" was renamed "search")."""
+        warnings.warn("GenerateExportOptions.strategy is deprecated; use .search.", DeprecationWarning, stacklevel=2)
+        return self.search
+
+
+GenerateExportOptions.__init__ = renamed_keyword("strategy", "search")(GenerateExportOptions.__init__)
 
 
 def _variables(track):
@@ -342,12 +354,12 @@ def _decoder(next, prepare, options, stop_sequences):
         prompt_mask = inputs.get("prompt_mask")
         if prompt_mask is None:
             prompt_mask = tf.ones_like(prompt, dtype=tf.bool)
-        strategy, max_new_tokens = options.strategy, None
+        search, max_new_tokens = options.search, None
         if settings is not None:
             temperature, top_k, top_p, max_new_tokens = settings
-            strategy = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+            search = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
         result = generate(
-            next, prompt, options.max_length, strategy, cache=inputs.get("cache"), prompt_mask=prompt_mask,
+            next, prompt, options.max_length, search, cache=inputs.get("cache"), prompt_mask=prompt_mask,
             stop_token_ids=options.stop_token_ids, pad_token_id=options.pad_token_id,
             seed=seed if options.stochastic else None, max_new_tokens=max_new_tokens,
             stop_sequences=stop_sequences or None,
@@ -394,7 +406,8 @@ class _GenerateModule(tf.Module):
             self.tokenizer = tokenizer  # tracks its lookup tables / tokenizer resources
 
 
-def export_generate(path, next, max_length=None, strategy=None, *, track=None, prepare=None, options=None,
+@renamed_keyword("strategy", "search")
+def export_generate(path, next, max_length=None, search=None, *, track=None, prepare=None, options=None,
                     **keywords):
     """Writes a SavedModel whose ``generate`` signature runs the decoding loop (or, with ``path=None``, builds
     the module without saving it).
@@ -406,7 +419,7 @@ def export_generate(path, next, max_length=None, strategy=None, *, track=None, p
         next: the step function of :func:`attnlayers.decoding.generate`, ``next(tokens, cache, index) ->
             (logits, cache)``.
         max_length: L, the output length (prompt included), a Python int (required, here or in ``options``).
-        strategy: as in :func:`~attnlayers.decoding.generate` (default "greedy"); see
+        search: as in :func:`~attnlayers.decoding.generate` (default "greedy"); see
             :class:`GenerateExportOptions`.
         track: the Keras layers / models (or variables) whose variables ``next`` and ``prepare`` read; they are
             saved with the function.
@@ -428,7 +441,7 @@ def export_generate(path, next, max_length=None, strategy=None, *, track=None, p
     inputs by keyword or in this order):
         inputs: ``token_ids`` int32 (B, P) and ``padding_mask`` bool (B, P) (right-padded prompts); with a
             tokenizer, ``text`` string (B,) instead; with ``source_spec``, that tensor instead; then ``seed``
-            int32 () for sampling strategies; with ``settings``, ``temperature``, ``top_k``, ``top_p``, ``seed``,
+            int32 () for sampling searches; with ``settings``, ``temperature``, ``top_k``, ``top_p``, ``seed``,
             ``max_new_tokens`` instead.
         outputs (a dict): ``token_ids`` int32 (B, L), ``scores`` / ``log_probs`` float32 (B,), ``lengths``
             int32 (B,); with :class:`~attnlayers.decoding.BeamSearch`, (B, t, L) and (B, t). With a tokenizer,
@@ -465,7 +478,7 @@ def export_generate(path, next, max_length=None, strategy=None, *, track=None, p
             "export_generate writes a TensorFlow SavedModel and needs the TensorFlow backend; received "
             f"KERAS_BACKEND={keras.backend.backend()!r}."
         )
-    options = GenerateExportOptions.of(options, max_length, strategy, **keywords)
+    options = GenerateExportOptions.of(options, max_length, search, **keywords)
     positive_int(options.max_length, "max_length", what="the output length, prompt included")  # None: refused
     stop_sequences = list(options.stop_sequences) + stop_sequences_for(options.tokenizer, options.stop_strings)
     decode = _decoder(next, prepare or _default_prepare, options, stop_sequences)

@@ -52,6 +52,8 @@ import zlib
 
 import numpy as np
 
+from ._pictures import image_to_rgb, weights_to_numpy
+
 __all__ = ["AttentionViewer", "read_attention_viewer", "write_attention_viewer"]
 
 _ASSETS = os.path.dirname(os.path.abspath(__file__))
@@ -86,9 +88,7 @@ def _to_numpy(weights, name):
                 f"`{name}`: the per-layer maps must share one shape; received shapes {[p.shape for p in parts]}."
             )
         return np.stack(parts)
-    from .visualize import _to_numpy as numeric  # the heatmaps' rule: NumPy, lists, tensors of any backend
-
-    return numeric(weights).astype("float64")
+    return weights_to_numpy(weights).astype("float64")  # the heatmaps' rule: NumPy, lists, tensors of any backend
 
 
 def _check_finite(w, name):
@@ -307,10 +307,8 @@ class AttentionViewer:
             ValueError: an image that is not one, weights whose shape does not fit the grid or the queries, not
                 finite weights, a name used twice.
         """
-        from .visualize import _image_to_rgb
-
         name = self._check_name(name)
-        rgb = np.rint(_image_to_rgb(image) * 255.0).astype(np.uint8)
+        rgb = np.rint(image_to_rgb(image) * 255.0).astype(np.uint8)
         w = _to_numpy(weights, "weights")
         received = w.shape
         grid_start = int(grid_start)

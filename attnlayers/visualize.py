@@ -24,6 +24,7 @@ import sys
 
 import numpy as np
 
+from ._pictures import image_to_rgb, weights_to_numpy
 from .viewer import AttentionViewer, read_attention_viewer, write_attention_viewer  # noqa: F401
 
 _INSTALL_HINT = (
@@ -46,20 +47,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _to_numpy(weights):
-    if not isinstance(weights, np.ndarray):
-        try:
-            weights = np.asarray(weights)
-        except (TypeError, ValueError, RuntimeError):  # e.g. tensors that need a device transfer
-            from keras import ops
-
-            weights = ops.convert_to_numpy(weights)
-    weights = np.asarray(weights)
-    if weights.dtype.kind not in "fiub" and weights.dtype.name != "bfloat16":
-        raise ValueError(f"`weights` must be numeric; received dtype {weights.dtype}.")
-    return weights.astype("float32")
 
 
 def _squeeze_batch(weights, rank):
@@ -158,7 +145,7 @@ def plot_attention(
     >>> plot_attention(weights[0], source_tokens=src, target_tokens=tgt, path="alignment.png")
     """
     plt = _pyplot()
-    w = _to_numpy(weights)
+    w = weights_to_numpy(weights)
     w = _squeeze_batch(w, 2)
     if w.ndim == 1:
         w = w[None]
@@ -227,7 +214,7 @@ def plot_attention_heads(
     >>> plot_attention_heads(scores[0], source_tokens=words, target_tokens=words, path="heads.png")
     """
     plt = _pyplot()
-    w = _to_numpy(weights)
+    w = weights_to_numpy(weights)
     w = _squeeze_batch(w, 4)
     if w.ndim not in (3, 4):
         raise ValueError(
@@ -379,7 +366,7 @@ def upsample_attention(weights_hw, image_size, smooth=True):
         if w.dtype.kind not in "fiub":
             raise ValueError(f"`weights_hw` must be numeric; received dtype {w.dtype}.")
     else:  # a backend tensor
-        w = _to_numpy(weights_hw)
+        w = weights_to_numpy(weights_hw)
     w = w.astype("float64")
     if w.ndim < 2:
         raise ValueError(
@@ -394,35 +381,9 @@ def upsample_attention(weights_hw, image_size, smooth=True):
     return along_y @ w @ along_x.T
 
 
-def _image_to_rgb(image):
-    img = np.asarray(image)
-    if img.ndim == 3 and img.shape[-1] == 1:
-        img = img[..., 0]
-    if img.ndim == 2:
-        img = np.stack([img] * 3, axis=-1)
-    if img.ndim != 3 or img.shape[-1] not in (3, 4) or img.dtype.kind not in "fiub":
-        raise ValueError(
-            f"`image` must be a numeric (H, W, 3) array (uint8 0-255 or float 0-1; (H, W) gray and "
-            f"(H, W, 4) RGBA are accepted too); received shape {tuple(img.shape)} and dtype {img.dtype}."
-        )
-    img = img[..., :3]
-    if img.dtype == np.uint8:
-        return img.astype("float64") / 255.0
-    img = img.astype("float64")
-    finite = img[np.isfinite(img)]
-    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if low >= 0.0 and high <= 1.0:
-        pass
-    elif low >= 0.0 and high <= 255.0:
-        img = img / 255.0
-    else:  # e.g. mean/std-normalized network input: rescale for display
-        img = (img - low) / max(high - low, 1e-12)
-    return np.clip(np.nan_to_num(img), 0.0, 1.0)
-
-
 def _image_weights(weights, grid_shape):
     """(T, L) + grid_shape or (T, h, w) -> (T, h, w)."""
-    w = _to_numpy(weights)
+    w = weights_to_numpy(weights)
     received = tuple(np.shape(w))
     if grid_shape is not None:
         grid = _size_pair(grid_shape, "grid_shape")
@@ -506,7 +467,7 @@ def plot_image_attention(
     ...                      path="attention.png")
     """
     plt = _pyplot()
-    img = _image_to_rgb(image)
+    img = image_to_rgb(image)
     w = _image_weights(weights, grid_shape)
     steps = w.shape[0]
     if isinstance(words, str):

@@ -124,12 +124,12 @@ def lm():
     return model, int(_np(greedy.tokens)[0, 5])
 
 
-@pytest.mark.parametrize("strategy", ["greedy", BeamSearch(3, 2, alpha=0.7)], ids=str)
-def test_cached_generation_equals_full_recomputation(lm, strategy):
+@pytest.mark.parametrize("search", ["greedy", BeamSearch(3, 2, alpha=0.7)], ids=str)
+def test_cached_generation_equals_full_recomputation(lm, search):
     model, stop = lm
     kwargs = dict(prompt_mask=PROMPT_MASK, stop_token_ids=[stop])
-    reference = generate(next_recompute(model), PROMPT, LENGTH, strategy, **kwargs)
-    cached = generate(model.next, PROMPT, LENGTH, strategy, cache=model.initial_cache(PROMPT), **kwargs)
+    reference = generate(next_recompute(model), PROMPT, LENGTH, search, **kwargs)
+    cached = generate(model.next, PROMPT, LENGTH, search, cache=model.initial_cache(PROMPT), **kwargs)
     np.testing.assert_array_equal(_np(cached.tokens), _np(reference.tokens))
     np.testing.assert_array_equal(_np(cached.lengths), _np(reference.lengths))
     np.testing.assert_allclose(_np(cached.scores), _np(reference.scores), atol=1e-4)
@@ -217,9 +217,9 @@ def test_nested_cache_rnn_decoder_in_beam_search():
 
     start = np.array([1, 2], "int32")
     cache = {"state": ops.zeros((2, units)), "memory": memory}
-    strategy = BeamSearch(3, 3, alpha=0.6)
-    cached = generate(next_cached, start, length, strategy, cache=cache, stop_token_ids=[0])
-    reference = generate(next_recompute, start, length, strategy, cache={"memory": memory}, stop_token_ids=[0])
+    search = BeamSearch(3, 3, alpha=0.6)
+    cached = generate(next_cached, start, length, search, cache=cache, stop_token_ids=[0])
+    reference = generate(next_recompute, start, length, search, cache={"memory": memory}, stop_token_ids=[0])
     np.testing.assert_array_equal(_np(cached.tokens), _np(reference.tokens))
     np.testing.assert_allclose(_np(cached.scores), _np(reference.scores), atol=1e-5)
     assert np.all(np.diff(_np(cached.scores), axis=1) <= 1e-6)  # best first
@@ -240,9 +240,9 @@ def fixed_next(tokens, cache, index):
     return ops.broadcast_to(logits, (ops.shape(tokens)[0], SAMPLE_V)), cache
 
 
-def _sample(strategy, seed=None, batch=4):
+def _sample(search, seed=None, batch=4):
     prompt = np.zeros((batch, 1), "int32")
-    result = generate(fixed_next, prompt, SAMPLE_STEPS + 1, strategy, seed=seed)
+    result = generate(fixed_next, prompt, SAMPLE_STEPS + 1, search, seed=seed)
     return _np(result.tokens)[:, 1:], result
 
 
@@ -270,13 +270,13 @@ def test_top_p_stays_in_the_nucleus():
 
 
 def test_same_seed_same_text():
-    strategy = Sampling(top_k=10, seed=5)
-    a, _ = _sample(strategy)
-    b, _ = _sample(strategy)  # nothing advances between calls
+    search = Sampling(top_k=10, seed=5)
+    a, _ = _sample(search)
+    b, _ = _sample(search)  # nothing advances between calls
     fresh, _ = _sample(Sampling(top_k=10, seed=5))  # a new object with the same seed
     c, _ = _sample(Sampling(top_k=10, seed=6))
-    d, _ = _sample(strategy, seed=ops.convert_to_tensor(np.array([6, 0]), "int32"))  # per-call override
-    e, _ = _sample(strategy, seed=6)
+    d, _ = _sample(search, seed=ops.convert_to_tensor(np.array([6, 0]), "int32"))  # per-call override
+    e, _ = _sample(search, seed=6)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, fresh)
     assert not np.array_equal(a, c)
@@ -284,7 +284,7 @@ def test_same_seed_same_text():
     np.testing.assert_array_equal(c, e)
     assert not np.array_equal(a[0], a[1])  # rows draw independently
     assert not np.array_equal(a[:, :-1], a[:, 1:])  # steps draw independently
-    first_rows, _ = _sample(strategy, batch=2)
+    first_rows, _ = _sample(search, batch=2)
     np.testing.assert_array_equal(first_rows, a[:2])  # a row's tokens do not depend on the batch size
 
 
@@ -324,10 +324,10 @@ def test_sampling_is_the_same_on_every_backend():
         "top_k": [[2, 10, 2, 16, 1, 10, 8, 2, 16, 1, 8, 1], [10, 10, 1, 1, 8, 8, 10, 10, 10, 16, 1, 2]],
         "top_p": [[2, 19, 2, 12, 1, 10, 8, 2, 16, 15, 8, 10], [16, 2, 1, 15, 8, 6, 1, 2, 2, 10, 16, 10]],
     }
-    strategies = {"random": Sampling(seed=2024), "top_k": Sampling(top_k=5, temperature=1.5, seed=2024),
+    searches = {"random": Sampling(seed=2024), "top_k": Sampling(top_k=5, temperature=1.5, seed=2024),
                   "top_p": Sampling(top_p=0.9, seed=2024)}
-    for name, strategy in strategies.items():
-        result = generate(fixed_next, np.zeros((2, 1), "int32"), 13, strategy)
+    for name, search in searches.items():
+        result = generate(fixed_next, np.zeros((2, 1), "int32"), 13, search)
         np.testing.assert_array_equal(_np(result.tokens)[:, 1:], expected[name], err_msg=name)
 
 
@@ -346,11 +346,11 @@ def test_sampling_follows_the_distribution(top_k, temperature):
 
 def test_same_seed_same_text_compiled():
     """The seed as an input of a compiled function: one trace, the eager tokens, different tokens per seed."""
-    strategy = Sampling(top_p=0.8, temperature=1.5)
+    search = Sampling(top_p=0.8, temperature=1.5)
     prompt = np.zeros((3, 1), "int32")
 
     def run(seed):
-        return generate(fixed_next, prompt, SAMPLE_STEPS + 1, strategy, seed=seed).tokens
+        return generate(fixed_next, prompt, SAMPLE_STEPS + 1, search, seed=seed).tokens
 
     if BACKEND == "tensorflow":
         import tensorflow as tf
@@ -378,23 +378,23 @@ def test_no_keras_hub_needed(monkeypatch):
     assert set(sampled.ravel()) <= set(np.argsort(-_fixed_logits())[:3])
     beam = generate(toy_next, TOY_PROMPT, L_TOY, BeamSearch(2, 1), stop_token_ids=[EOS])
     np.testing.assert_array_equal(_np(beam.tokens)[:, 0], [[START, B, EOS, PAD]] * 2)
-    with pytest.raises(ValueError, match="strategy"):
-        decoding.get_strategy(object())
+    with pytest.raises(ValueError, match="search"):
+        decoding.get_search(object())
 
 
 def test_keras_hub_samplers_are_translated():
-    strategy = decoding.get_strategy(keras_hub.samplers.GreedySampler())
-    assert isinstance(strategy, GreedySearch)
+    search = decoding.get_search(keras_hub.samplers.GreedySampler())
+    assert isinstance(search, GreedySearch)
     a, _ = _sample(keras_hub.samplers.GreedySampler())
     assert np.all(a == np.argmax(_fixed_logits()))
-    top_k = decoding.get_strategy(keras_hub.samplers.TopKSampler(k=3, seed=4, temperature=2.0))
+    top_k = decoding.get_search(keras_hub.samplers.TopKSampler(k=3, seed=4, temperature=2.0))
     assert (top_k.top_k, top_k.top_p, top_k.temperature, top_k.seed) == (3, None, 2.0, 4)
     b, _ = _sample(keras_hub.samplers.TopKSampler(k=3, seed=4))
     assert set(b.ravel()) <= set(np.argsort(-_fixed_logits())[:3])
     np.testing.assert_array_equal(b, _sample(Sampling(top_k=3, seed=4))[0])  # the same draws as ours
-    top_p = decoding.get_strategy(keras_hub.samplers.TopPSampler(p=0.5, k=7))
+    top_p = decoding.get_search(keras_hub.samplers.TopPSampler(p=0.5, k=7))
     assert (top_p.top_k, top_p.top_p) == (7, 0.5)
-    assert decoding.get_strategy(keras_hub.samplers.RandomSampler(seed=3)).seed == 3
+    assert decoding.get_search(keras_hub.samplers.RandomSampler(seed=3)).seed == 3
     with pytest.raises(ValueError, match="BeamSampler.*BeamSearch"):
         _sample(keras_hub.samplers.BeamSampler(num_beams=2))
 
@@ -403,7 +403,7 @@ def test_keras_hub_samplers_are_translated():
             return ops.argmin(probabilities, axis=-1)
 
     with pytest.raises(ValueError, match="Custom is not supported"):
-        decoding.get_strategy(Custom())
+        decoding.get_search(Custom())
 
 
 def test_keras_hub_causal_lm_plugs_in():
@@ -436,10 +436,10 @@ def countdown_next(tokens, cache, index):
     return ops.one_hot(token, 8) * 10.0, cache
 
 
-@pytest.mark.parametrize("strategy", ["greedy", Sampling(top_k=1, seed=0), BeamSearch(2, 1)], ids=str)
-def test_stop_tokens_mixed_batch(strategy):
+@pytest.mark.parametrize("search", ["greedy", Sampling(top_k=1, seed=0), BeamSearch(2, 1)], ids=str)
+def test_stop_tokens_mixed_batch(search):
     prompt = np.array([[3], [50], [5], [2]], "int32")  # rows stop at positions 3, never, 5, 2
-    result = generate(countdown_next, prompt, 8, strategy, stop_token_ids=[1, 7], pad_token_id=6)
+    result = generate(countdown_next, prompt, 8, search, stop_token_ids=[1, 7], pad_token_id=6)
     tokens, lengths = _np(result.tokens), _np(result.lengths)
     tokens = tokens[:, 0] if tokens.ndim == 3 else tokens
     lengths = lengths[:, 0] if lengths.ndim == 2 else lengths
@@ -478,7 +478,7 @@ def test_prompt_tokens_are_not_stops():
         (lambda: Sampling(top_k=0), r"top_k.*top_k=0"),
         (lambda: Sampling(temperature=0), r"temperature.*temperature=0"),
         (lambda: generate(toy_next, np.zeros((2, 5), "int32"), 4), r"max_length.*prompt length 5.*max_length=4"),
-        (lambda: generate(toy_next, TOY_PROMPT, 4, "nucleus"), r"strategy.*'nucleus'"),
+        (lambda: generate(toy_next, TOY_PROMPT, 4, "nucleus"), r"search.*'nucleus'"),
         (lambda: generate(toy_next, TOY_PROMPT, 4, stop_token_ids="eos"), r"stop_token_ids.*'eos'"),
         (lambda: generate(toy_next, TOY_PROMPT, 4, index=9), r"index.*max_length=4.*index=9"),
     ],
@@ -494,8 +494,30 @@ def test_bad_step_function():
 
 
 def test_module_exports():
-    assert decoding.get_strategy("top_k").top_k == 5
-    assert isinstance(decoding.get_strategy("beam"), BeamSearch)
+    assert decoding.get_search("top_k").top_k == 5
+    assert isinstance(decoding.get_search("beam"), BeamSearch)
+    assert issubclass(GreedySearch, decoding.Search) and issubclass(Sampling, decoding.Search)
+    assert issubclass(BeamSearch, decoding.Search)
+
+
+def test_deprecated_strategy_names_warn_and_decode_the_same():
+    """`strategy=`, `Strategy` and `get_strategy` (decoding's words before `search`) still work, with a
+    DeprecationWarning naming the new name; passing `strategy=` and `search` together is an error."""
+    expected = generate(toy_next, TOY_PROMPT, L_TOY, search=BeamSearch(2, 2), stop_token_ids=[EOS])
+    with pytest.warns(DeprecationWarning, match="`strategy=` is deprecated; use `search=`"):
+        old = generate(toy_next, TOY_PROMPT, L_TOY, strategy=BeamSearch(2, 2), stop_token_ids=[EOS])
+    for new, got in zip(expected, old):
+        np.testing.assert_array_equal(_np(got), _np(new))
+    with pytest.warns(DeprecationWarning, match=r"decoding\.get_strategy is deprecated; use .*decoding\.get_search"):
+        get_strategy = decoding.get_strategy
+    assert get_strategy is decoding.get_search
+    with pytest.warns(DeprecationWarning, match=r"decoding\.Strategy is deprecated; use .*decoding\.Search"):
+        assert decoding.Strategy is decoding.Search
+    for both in (lambda: generate(toy_next, TOY_PROMPT, L_TOY, "greedy", strategy="beam"),
+                 lambda: generate(toy_next, TOY_PROMPT, L_TOY, search="greedy", strategy="beam")):
+        with pytest.raises(ValueError, match="`strategy` is the deprecated name of `search`"):
+            both()
+    assert not hasattr(decoding, "Strategies")  # other names: AttributeError, as before
 
 
 # ---- Sampling settings as tensors, max_new_tokens, stop sequences ----------------------------------------------
@@ -540,8 +562,8 @@ def test_tensor_settings_compile_once_and_match_python_settings():
     prompt = np.zeros((3, 1), "int32")
 
     def run(temperature, top_k, top_p, seed):
-        strategy = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
-        return generate(fixed_next, prompt, SAMPLE_STEPS + 1, strategy, seed=seed).tokens
+        search = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+        return generate(fixed_next, prompt, SAMPLE_STEPS + 1, search, seed=seed).tokens
 
     if BACKEND == "tensorflow":
         import tensorflow as tf
@@ -564,8 +586,8 @@ def test_temperature_zero_and_top_k_one_are_greedy(lm):
     kwargs = dict(prompt_mask=PROMPT_MASK, stop_token_ids=[stop])
     greedy = generate(model.next, PROMPT, LENGTH, "greedy", cache=model.initial_cache(PROMPT), **kwargs)
     for seed, settings in enumerate([(0.0, 0, 1.0), (0.0, 3, 0.5), (1.7, 1, 0.3)]):
-        strategy = Sampling(**_as_tensors(*settings))
-        got = generate(model.next, PROMPT, LENGTH, strategy, cache=model.initial_cache(PROMPT), seed=seed, **kwargs)
+        search = Sampling(**_as_tensors(*settings))
+        got = generate(model.next, PROMPT, LENGTH, search, cache=model.initial_cache(PROMPT), seed=seed, **kwargs)
         np.testing.assert_array_equal(_np(got.tokens), _np(greedy.tokens), err_msg=str(settings))
         np.testing.assert_allclose(_np(got.scores), _np(greedy.scores), atol=1e-5)
     # Python top_k=1 as well.
@@ -618,14 +640,14 @@ def position_next(tokens, cache, index):
 
 
 # Generated after a prompt of length 2: positions 2, 3, ... -> tokens 4 5 6 7 2 3 4 5 6 7.
-@pytest.mark.parametrize("strategy", ["greedy", Sampling(top_k=1, seed=0), BeamSearch(2, 1)], ids=str)
-def test_stop_sequences(strategy):
+@pytest.mark.parametrize("search", ["greedy", Sampling(top_k=1, seed=0), BeamSearch(2, 1)], ids=str)
+def test_stop_sequences(search):
     prompt = np.array([[9, 9], [9, 3], [9, 0]], "int32")  # row 2 has one token: its generation starts at 1
     mask = np.array([[True, True], [True, True], [True, False]])
     # [3, 4]: positions 7-8 in rows 0 and 1 (row 1's prompt ends with 3 and generates 4 first: not a stop, the
     # sequence must lie in the generated tokens); row 2 generates 3 at position 1 then 4: stops there.
     # [5, 6, 7] is longer and ends later (position 5) than [3, 4] in row 2: the first one reached stops.
-    result = generate(position_next, prompt, 12, strategy, prompt_mask=mask, stop_sequences=[[3, 4], [9, 5, 6, 7]],
+    result = generate(position_next, prompt, 12, search, prompt_mask=mask, stop_sequences=[[3, 4], [9, 5, 6, 7]],
                       pad_token_id=0)
     tokens, lengths = _np(result.tokens), _np(result.lengths)
     tokens = tokens[:, 0] if tokens.ndim == 3 else tokens
@@ -637,9 +659,9 @@ def test_stop_sequences(strategy):
     ])
     np.testing.assert_array_equal(lengths, [9, 9, 3])
     # A one-token stop sequence is a stop token; a longer sequence stops at its last token.
-    single = generate(position_next, prompt[:1], 12, strategy, stop_sequences=[[6]])
+    single = generate(position_next, prompt[:1], 12, search, stop_sequences=[[6]])
     assert int(np.ravel(_np(single.lengths))[0]) == 5
-    longer = generate(position_next, prompt[:1], 12, strategy, stop_sequences=[[5, 6, 7, 2]])
+    longer = generate(position_next, prompt[:1], 12, search, stop_sequences=[[5, 6, 7, 2]])
     assert int(np.ravel(_np(longer.lengths))[0]) == 7
 
 
@@ -685,7 +707,7 @@ def test_max_new_tokens():
     [
         (dict(max_new_tokens=0), r"max_new_tokens.*positive.*max_new_tokens=0"),
         (dict(max_new_tokens=2.5), r"max_new_tokens.*max_new_tokens=2.5"),
-        (dict(max_new_tokens=2, strategy=BeamSearch(2)), r"max_new_tokens.*beam search"),
+        (dict(max_new_tokens=2, search=BeamSearch(2)), r"max_new_tokens.*beam search"),
         (dict(stop_sequences=[[]]), r"stop_sequences.*non-empty"),
         (dict(stop_sequences=[3, 4]), r"stop_sequences.*lists of token ids"),
         (dict(stop_sequences=[[3, -1]]), r"stop_sequences.*>= 0"),
