@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # the tokenizer's ops and the SavedModel are TensorFlow
 
-from attnlayers.applications.core.cli import (  # noqa: E402
+from attnlayers.applications.core.runs.cli import (  # noqa: E402
     UsageError, check_sampling_arguments, run_script, usage_error,
 )
 
@@ -102,7 +102,7 @@ def load(args):
     return model, tokenizer, metadata
 
 
-def strategy_of(args):
+def search_of(args):
     from attnlayers.decoding import Sampling
 
     if args.temperature > 0:
@@ -121,7 +121,7 @@ def answer(model, tokenizer, metadata, messages, args):
     started = time.perf_counter()
     try:
         text = generate_chat(model, tokenizer, messages, metadata, max_new_tokens=args.max_new_tokens,
-                             strategy=strategy_of(args), seed=args.seed, jit_compile=not args.eager)
+                             search=search_of(args), seed=args.seed, jit_compile=not args.eager)
     except ValueError as error:
         raise usage_error(error) from None
     seconds = time.perf_counter() - started

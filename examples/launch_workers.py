@@ -37,7 +37,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from attnlayers.applications.core.launch import launch_workers
+    from attnlayers.applications.core.runs.launch import launch_workers
 
     args = parse_args(argv)
     return launch_workers(args.command, args.workers, max_restarts=args.max_restarts)

@@ -34,7 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and the tokenizer's ops
 
-from attnlayers.applications.core.cli import (  # noqa: E402
+from attnlayers.applications.core.runs.cli import (  # noqa: E402
     UsageError, add_budget_arguments, check_budget_arguments, load_corpus, run_script, start_runtime, usage_error,
 )
 
@@ -45,7 +45,7 @@ def parse_args(argv=None):
     from attnlayers.applications import core
     from attnlayers.applications.bert import PRESETS
     from attnlayers.applications.bert.pretraining import DEFAULT_PRETRAINED, PretrainingSettings
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
+    from attnlayers.applications.core.training.optimizers import add_optimizer_arguments, check_optimizer_arguments
 
     default = PretrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -124,7 +124,7 @@ def main(argv=None):
 def run(args):
     from attnlayers.applications.bert import pretraining
     from attnlayers.applications.bert.tokenizer import read_vocabulary
-    from attnlayers.applications.core.distribution import worker_directory
+    from attnlayers.applications.core.runs.replicas import worker_directory
 
     if args.vocab is not None:
         try:

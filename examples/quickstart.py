@@ -79,7 +79,7 @@ def main(argv=None):
         bleu = {}
         for label, search in (("greedy", "greedy"), ("beam search (k=4)", beam)):
             bleu[label], served[label] = evaluate.evaluate_bleu(
-                model, tokenizers, test, strategy=search, max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
+                model, tokenizers, test, search=search, max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
             print(f"test BLEU, {label}: {bleu[label]:.1f}")
         for source, target, hypothesis in list(zip(test.source, test.target, served["beam search (k=4)"]))[:3]:
             print(f"  {source}\n    reference: {target}\n    model:     {hypothesis}")
@@ -97,7 +97,7 @@ def main(argv=None):
     # 4. Export, reload (as a server would: tf.saved_model.load, no attnlayers needed) and compare.
     def export(model, out):
         path = os.path.join(out, "translator")
-        export_translator(path, model, tokenizers, strategy=beam, max_source_length=MAX_LENGTH,
+        export_translator(path, model, tokenizers, search=beam, max_source_length=MAX_LENGTH,
                           max_length=MAX_LENGTH)
         reloaded = tf.saved_model.load(path)
         texts = [t.decode() for t in reloaded.translate(tf.constant(list(test.source)))["translation"].numpy()]

@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import (  # noqa: E402
+from attnlayers.applications.core.runs.cli import (  # noqa: E402
     UsageError, add_budget_arguments, budget_epochs, check_budget_arguments, run_script, start_runtime, usage_error,
 )
 
@@ -38,7 +38,7 @@ DEFAULT_EPOCHS = 30
 
 def parse_args(argv=None):
     from attnlayers.applications import core
-    from attnlayers.applications.core import scheduled_sampling as sampling_flags
+    from attnlayers.applications.core.runs import scheduled_sampling_flags as sampling_flags
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,10 +140,10 @@ def run(args):
     from attnlayers import BeamSearch
     from attnlayers.applications import core
     from attnlayers.applications.captioning import data, predict
-    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.applications.captioning.builders import build_captioner
     from attnlayers.applications.captioning.export import export_captioner
-    from attnlayers.applications.core import scheduled_sampling as sampling_flags
-    from attnlayers.applications.core.distribution import held_out_batch_size
+    from attnlayers.applications.core.runs import scheduled_sampling_flags as sampling_flags
+    from attnlayers.applications.core.runs.replicas import held_out_batch_size
 
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     splits, vocabulary = load_data(args)
@@ -193,7 +193,7 @@ def run(args):
     decoding = "greedy" if args.beam_size == 1 else BeamSearch(args.beam_size)
 
     def evaluate_model(model):
-        metrics = predict.evaluate_captioner(model, test, vocabulary, strategy=decoding,
+        metrics = predict.evaluate_captioner(model, test, vocabulary, search=decoding,
                                              max_length=args.max_length)
         scores = {k: v for k, v in metrics.items() if k != "captions"}
         print("\n| model | " + " | ".join(scores) + " |\n|---|" + "---|" * len(scores))
@@ -205,13 +205,13 @@ def run(args):
 
     def pictures(model, out):
         paths = [predict.plot_captions(model, test, vocabulary, os.path.join(out, f"attention_{i}.png"), index=i,
-                                       strategy=decoding, max_length=args.max_length) for i in range(3)]
+                                       search=decoding, max_length=args.max_length) for i in range(3)]
         paths = [p for p in paths if p]
         if args.viewer:
             from attnlayers.applications.captioning.viewer import attention_viewer
 
             path = os.path.join(out, "viewer.html")
-            attention_viewer(model, test, vocabulary, path, strategy=decoding, max_length=args.max_length)
+            attention_viewer(model, test, vocabulary, path, search=decoding, max_length=args.max_length)
             paths.append(path)
         if paths:
             print("wrote " + ", ".join(paths))
@@ -219,7 +219,7 @@ def run(args):
 
     def export(model, out):
         path = os.path.join(out, "captioner")
-        export_captioner(path, model, vocabulary, strategy=decoding, max_length=args.max_length)
+        export_captioner(path, model, vocabulary, search=decoding, max_length=args.max_length)
         print(f"exported {path}: tf.saved_model.load(path).caption(uint8 images)")
         return path
 

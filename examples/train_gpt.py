@@ -42,7 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and the tokenizer's ops
 
-from attnlayers.applications.core.cli import (  # noqa: E402
+from attnlayers.applications.core.runs.cli import (  # noqa: E402
     UsageError, add_budget_arguments, check_budget_arguments, load_corpus, run_script, start_runtime,
 )
 
@@ -51,9 +51,9 @@ PROG = os.path.basename(__file__)
 
 def parse_args(argv=None):
     from attnlayers.applications import core
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
+    from attnlayers.applications.core.training.optimizers import add_optimizer_arguments, check_optimizer_arguments
     from attnlayers.applications.gpt import GPT_PRESETS
-    from attnlayers.applications.gpt.recipes import TrainingSettings, default_out
+    from attnlayers.applications.gpt.runs import TrainingSettings, default_out
 
     default = TrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -118,7 +118,7 @@ def load_documents(corpus, seed=0):
 
 
 def settings_from_args(args):
-    from attnlayers.applications.gpt.recipes import TrainingSettings
+    from attnlayers.applications.gpt.runs import TrainingSettings
 
     return TrainingSettings(
         config=args.config, vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
@@ -134,8 +134,8 @@ def main(argv=None):
 def run(args):
     import keras
 
-    from attnlayers.applications.core.distribution import worker_directory
-    from attnlayers.applications.gpt import recipes
+    from attnlayers.applications.core.runs.replicas import worker_directory
+    from attnlayers.applications.gpt import runs
 
     if args.vocab is not None:
         for name in ("vocab.json", "merges.txt"):
@@ -145,18 +145,18 @@ def run(args):
     if args.export is not None and keras.backend.backend() != "tensorflow":
         raise UsageError(f"--export writes a TensorFlow SavedModel, which needs KERAS_BACKEND=tensorflow (this run: "
                          f"{keras.backend.backend()}); train without it, then: KERAS_BACKEND=tensorflow python "
-                         f"examples/generate.py --checkpoint {os.path.join(args.out, recipes.CHECKPOINT_DIR)} --export "
+                         f"examples/generate.py --checkpoint {os.path.join(args.out, runs.CHECKPOINT_DIR)} --export "
                          f"{args.export}")
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     documents = load_documents(args.corpus, args.seed)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
-    result = recipes.run_training(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
+    result = runs.run_training(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,
                                   strategy=strategy, verbose=args.verbose, corpus=args.corpus, export_dir=args.export,
                                   viewer=args.viewer)
     if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
         return 0
     print(f"results: {result['results_path']}")
-    checkpoint = os.path.join(out, recipes.CHECKPOINT_DIR)
+    checkpoint = os.path.join(out, runs.CHECKPOINT_DIR)
     print(f"load it: attnlayers.applications.gpt.load_hf_checkpoint({checkpoint!r}) or "
           f"transformers.GPT2LMHeadModel.from_pretrained({checkpoint!r})")
     return 0

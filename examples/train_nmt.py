@@ -31,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.data, tf.distribute and SavedModel export
 
-from attnlayers.applications.core.cli import (  # noqa: E402
+from attnlayers.applications.core.runs.cli import (  # noqa: E402
     UsageError, add_budget_arguments, budget_epochs, check_budget_arguments, run_script, start_runtime, usage_error,
 )
 
@@ -58,8 +58,8 @@ def _columns(text):
 
 def parse_args(argv=None):
     from attnlayers.applications import core
-    from attnlayers.applications.core import scheduled_sampling as sampling_flags
-    from attnlayers.applications.nmt import recipes
+    from attnlayers.applications.core.runs import scheduled_sampling_flags as sampling_flags
+    from attnlayers.applications.nmt import variants
 
     def listing(table):
         return "; ".join(f"{name}: {variant.description}" for name, variant in table.items())
@@ -71,11 +71,11 @@ def parse_args(argv=None):
                              "global attention (general score / sqrt(d)) with input feeding; local: Luong local-p; "
                              "transformer: the Transformer, by default its best measured recipe 'budgeted' "
                              "(default: bahdanau)")
-    variant_names = sorted(set(recipes.TRANSFORMER_VARIANTS) | set(recipes.RNN_VARIANTS))
+    variant_names = sorted(set(variants.TRANSFORMER_VARIANTS) | set(variants.RNN_VARIANTS))
     parser.add_argument("--variant", choices=variant_names, default=None,
                         help="the training recipe (default: the model's best measured one: budgeted for the "
-                             f"Transformer, base for the RNNs). Transformer: {listing(recipes.TRANSFORMER_VARIANTS)}. "
-                             f"RNN models: {listing(recipes.RNN_VARIANTS)}")
+                             f"Transformer, base for the RNNs). Transformer: {listing(variants.TRANSFORMER_VARIANTS)}. "
+                             f"RNN models: {listing(variants.RNN_VARIANTS)}")
     parser.add_argument("--size", choices=("tiny", "base"), default=None,
                         help="older name of the recipe: tiny = --variant tiny, base = the model's default recipe")
     parser.add_argument("--data", default="synthetic",
@@ -144,11 +144,11 @@ def parse_args(argv=None):
         parser.error("--vocabulary-size must exceed the 4 reserved tokens")
     if args.variant is None and args.size == "tiny":
         args.variant = "tiny"
-    table = recipes.variants(args.model)
+    table = variants.variants(args.model)
     if args.variant is not None and args.variant not in table:
         parser.error(f"--variant {args.variant} is not a recipe of --model {args.model}; choose from "
                      f"{', '.join(sorted(table))}")
-    args.variant = recipes.get_variant(args.model, args.variant).name
+    args.variant = variants.get_variant(args.model, args.variant).name
     return args
 
 
@@ -233,14 +233,14 @@ def main(argv=None):
 def run(args):
     from attnlayers import BeamSearch
     from attnlayers.applications import core, nmt
-    from attnlayers.applications.nmt import evaluate, recipes
-    from attnlayers.applications.core import scheduled_sampling as sampling_flags
-    from attnlayers.applications.core.distribution import held_out_batch_size
+    from attnlayers.applications.nmt import evaluate, variants
+    from attnlayers.applications.core.runs import scheduled_sampling_flags as sampling_flags
+    from attnlayers.applications.core.runs.replicas import held_out_batch_size
     from attnlayers.applications.nmt.export import export_translator
 
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     splits, tokenizers = load_data(args)
-    default = args.variant == recipes.DEFAULT_VARIANTS[args.model]
+    default = args.variant == variants.DEFAULT_VARIANTS[args.model]
     name = args.model if default else f"{args.model}-{args.variant}"
     name += "-ss" if args.scheduled_sampling else ""  # its own folder: a backup of the other run is not resumed
     out = args.out or os.path.join("artifacts", "nmt", f"{name}-{args.data.replace(':', '_').replace('/', '_')}")
@@ -251,7 +251,7 @@ def run(args):
           f"{tokenizers.target.vocabulary_size}{' (shared)' if tokenizers.shared else ''}")
     asked = None if args.data == "synthetic" else (args.vocabulary_size or 4000)
     if asked is not None and tokenizers.source.vocabulary_size < asked:
-        print(core.recipe.describe_vocabulary(tokenizers.source.vocabulary_size, asked, "SentencePiece",
+        print(core.runs.recipe.describe_vocabulary(tokenizers.source.vocabulary_size, asked, "SentencePiece",
                                               "--vocabulary-size"))
     lengths = dict(max_source_length=args.max_length, max_target_length=args.max_length)
     truncated = {split: nmt.count_truncated(getattr(splits, split), tokenizers, **lengths)
@@ -271,13 +271,13 @@ def run(args):
                                       **static)
 
     with strategy.scope():
-        model, recipe_callbacks = recipes.build_recipe(
+        model, recipe_callbacks = variants.build_recipe(
             args.model, tokenizers.source.vocabulary_size, tokenizers.target.vocabulary_size, args.variant,
             max_length=args.max_length, shared_embeddings=tokenizers.shared, learning_rate=args.learning_rate,
             minutes=args.minutes, scheduled_sampling=sampling_flags.model_argument(args),
         )
         model(next(iter(train))[0])  # built before fit: BackupAndRestore restores into existing variables
-    variant = recipes.get_variant(args.model, args.variant)
+    variant = variants.get_variant(args.model, args.variant)
     print(f"model: {args.model}, recipe {variant.name} ({variant.description}); {model.count_params():,} "
           f"parameters; {core.describe_runtime(strategy)}")
     callbacks = (sampling_flags.logger_callbacks(model)  # before TensorBoard: eps_i in its logs
@@ -289,7 +289,7 @@ def run(args):
         table = {}
         for label, how in decoding.items():
             table[label], hypotheses = evaluate.evaluate_bleu(
-                model, tokenizers, splits.test, strategy=how, max_source_length=args.max_length,
+                model, tokenizers, splits.test, search=how, max_source_length=args.max_length,
                 max_length=args.max_length,
             )
         print(f"\n| model | data | test pairs | {' | '.join(f'BLEU {k}' for k in table)} |")
@@ -319,7 +319,7 @@ def run(args):
 
     def export(model, out):
         path = os.path.join(out, "translator")
-        export_translator(path, model, tokenizers, strategy=BeamSearch(args.beam_size, alpha=0.6),
+        export_translator(path, model, tokenizers, search=BeamSearch(args.beam_size, alpha=0.6),
                           max_source_length=args.max_length, max_length=args.max_length)
         print(f"exported {path}: tf.saved_model.load(path).translate(tf.constant([...]))")
         return path

@@ -36,7 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("ATTNLAYERS_QUIET_STARTUP", "1")  # TensorFlow's start-up lines (attnlayers.startup)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # tf.distribute and the SavedModel export
 
-from attnlayers.applications.core.cli import (  # noqa: E402
+from attnlayers.applications.core.runs.cli import (  # noqa: E402
     add_budget_arguments, check_budget_arguments, run_script, start_runtime,
 )
 
@@ -45,9 +45,9 @@ PROG = os.path.basename(__file__)
 
 def parse_args(argv=None):
     from attnlayers.applications import core
-    from attnlayers.applications.core.optimizers import add_optimizer_arguments, check_optimizer_arguments
+    from attnlayers.applications.core.training.optimizers import add_optimizer_arguments, check_optimizer_arguments
     from attnlayers.applications.vision.model import POOLING
-    from attnlayers.applications.vision.recipes import DATASETS, DEFAULT_OUT, MODELS, PATCH_SIZES, TrainingSettings
+    from attnlayers.applications.vision.runs import DATASETS, DEFAULT_OUT, MODELS, PATCH_SIZES, TrainingSettings
 
     default = TrainingSettings()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
@@ -116,7 +116,7 @@ def parse_args(argv=None):
 
 
 def settings_from_args(args):
-    from attnlayers.applications.vision.recipes import TrainingSettings
+    from attnlayers.applications.vision.runs import TrainingSettings
 
     return TrainingSettings(
         dataset=args.dataset, train_images=args.train_images, model=args.model, filters=args.filters,
@@ -132,18 +132,18 @@ def main(argv=None):
 
 
 def run(args):
-    from attnlayers.applications.core.cli import UsageError
-    from attnlayers.applications.core.distribution import worker_directory
-    from attnlayers.applications.vision import recipes
+    from attnlayers.applications.core.runs.cli import UsageError
+    from attnlayers.applications.core.runs.replicas import worker_directory
+    from attnlayers.applications.vision import runs
 
     strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
     settings = settings_from_args(args)
     try:
-        splits = recipes.load_dataset(settings.dataset, seed=settings.seed, train_images=settings.train_images)
+        splits = runs.load_dataset(settings.dataset, seed=settings.seed, train_images=settings.train_images)
     except ImportError as error:
         raise UsageError(str(error)) from error
     image_size = splits.image_shape[:2]
-    patch = recipes.patch_size(settings)
+    patch = runs.patch_size(settings)
     if settings.model == "vit" and (image_size[0] % patch or image_size[1] % patch):
         raise UsageError(f"--patch-size {patch} must divide the images' size {image_size}")
     if settings.model == "cnn" and (image_size[0] % 2 ** len(settings.filters)
@@ -151,7 +151,7 @@ def run(args):
         raise UsageError(f"the images' size {image_size} must be divisible by 2 ** (number of --filters) = "
                          f"{2 ** len(settings.filters)}")
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
-    result = recipes.run_training(settings, out, splits=splits, strategy=strategy, verbose=args.verbose,
+    result = runs.run_training(settings, out, splits=splits, strategy=strategy, verbose=args.verbose,
                                   export=args.export, viewer=args.viewer)
     if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
         return 0

@@ -12,14 +12,14 @@ Modules: ``config`` (BertConfig, PRESETS), ``backbone`` (BertBackbone), ``tokeni
 train_vocabulary), ``pretraining_data`` (pack, next-sentence pairs, masked-LM masking, pretraining_dataset),
 ``pretrainer`` (BertPretrainer, bert_optimizer), ``heads`` (BertClassifier, BertTokenClassifier, BertSpanQA),
 ``squad`` (the SQuAD JSON reader), ``checkpoint`` (Hugging Face and keras-hub weights), ``export``
-(string-in SavedModels), ``corpora`` (``applications.core.corpora``, the offline corpora: KJV / WEB Bibles,
+(string-in SavedModels), ``corpora`` (``applications.core.inputs.corpora``, the offline corpora: KJV / WEB Bibles,
 Brown, tweets); the runs of the examples and benchmarks: ``pretraining`` (run_pretraining), ``finetuning``
-(run_finetuning), ``tasks`` (the fine-tuning tasks' data), ``training`` (what both runs share: BERT's budgeted
-AdamW), ``tables`` (the benchmarks' Markdown tables), ``baselines`` (the non-neural baselines), and ``recipes``
-(all of their public names in one module).
+(run_finetuning), ``tasks`` (the fine-tuning tasks' data), ``training`` (what both runs share: BERT's AdamW
+compiled once at the budget's rate), ``tables`` (the benchmarks' Markdown tables), ``baselines`` (the non-neural
+baselines), and ``runs`` (all of their public names in one module).
 """
 
-from ..core import corpora
+from ..core.inputs import corpora
 from ..core.lazy import lazy_attributes
 from . import squad
 from .backbone import FEATURES, BertBackbone

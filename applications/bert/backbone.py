@@ -21,7 +21,7 @@ from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.transformer import TransformerEncoder
 from attnlayers.validation import check_rank, format_shape
 
-from ..core.generation import check_id_range
+from ..core.generative import check_id_range
 from .config import BertConfig
 
 # Hidden-state combinations for feature-based use, as compared on CoNLL-2003 NER (Devlin et al. 2019, table 7).
@@ -167,10 +167,27 @@ class BertBackbone(keras.Model):
             return ops.sum(ops.stack(layers), axis=0)
         return hidden[0]
 
+    def build_from_config(self, config):
+        """Rebuilds a loaded model (``.keras`` files) by calling it once on zeros of the saved input shapes."""
+        build_on_zeros(self, (config or {}).get("input_shape"))
+
     def get_config(self):
         import dataclasses
 
         return {**super().get_config(), "config": dataclasses.asdict(self.config)}
+
+
+def build_on_zeros(model, shapes):
+    """Builds ``model`` by calling it once on zeros of ``shapes``: a (B, T) shape of token ids, or a dict of input
+    names to shapes (``padding_mask`` boolean, the others int32); None (never called) leaves it unbuilt."""
+    if shapes is None:
+        return
+    if not isinstance(shapes, dict):
+        shapes = {"token_ids": shapes}
+    model({
+        key: ops.zeros([1 if size is None else size for size in shape], "bool" if key == "padding_mask" else "int32")
+        for key, shape in shapes.items()
+    })
 
 
 def _check_dtype(value, name, expected, allow_bool=False):

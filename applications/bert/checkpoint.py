@@ -20,7 +20,7 @@ Published checkpoints (``BertForPreTraining`` and friends) prefix these with ``b
 LayerNorm parameters ``gamma`` / ``beta``, and carry heads (``cls.*``, ``classifier.*``, ``qa_outputs.*``) and
 the ``position_ids`` buffer: both layouts load; heads and buffers are skipped and listed in ``info["ignored"]``.
 
-The safetensors files are read and written by :mod:`attnlayers.applications.core.safetensors` (NumPy alone).
+The safetensors files are read and written by :mod:`attnlayers.applications.core.formats.safetensors` (NumPy alone).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import os
 import numpy as np
 from keras import ops
 
-from ..core.files import read_json, replace_atomically
-from ..core.hf_config import hf_config_fields
-from ..core.safetensors import read_safetensors, write_safetensors
-from ..core.weights import copy_weights_by_path, renamed
+from ..core.formats import weights as core_weights
+from ..core.formats.hf_config import hf_config_fields
+from ..core.formats.safetensors import read_safetensors, write_safetensors
+from ..core.inputs.files import read_json, replace_atomically
 from .backbone import BertBackbone
 from .config import BertConfig
 
@@ -325,18 +325,6 @@ def save_hf_checkpoint(backbone, directory, vocabulary=None):
 # ------------------------------------------------------------------------------------------------------------------
 # keras-hub
 
-_KERAS_HUB_RENAMES = (
-    ("token_embedding/", "embeddings/token_embedding/"),
-    ("position_embedding/", "embeddings/position_embedding/"),
-    ("segment_embedding/", "embeddings/segment_embedding/"),
-    ("pooled_dense/", "pooler/"),
-    ("transformer_layer_", "encoder/transformerencoderblock_"),
-    ("/self_attention_layer/", "/self_attention/"),
-    ("feedforward_intermediate_dense", "feedforward/intermediate_dense"),
-    ("feedforward_output_dense", "feedforward/output_dense"),
-)
-
-
 def _keras_hub_sizes(keras_hub_backbone):
     return dict(
         vocabulary_size=keras_hub_backbone.vocabulary_size, max_sequence_length=keras_hub_backbone.max_sequence_length,
@@ -344,6 +332,23 @@ def _keras_hub_sizes(keras_hub_backbone):
         num_heads=keras_hub_backbone.num_heads, hidden_dim=keras_hub_backbone.hidden_dim,
         intermediate_dim=keras_hub_backbone.intermediate_dim, dropout=keras_hub_backbone.dropout,
     )
+
+
+# keras-hub's BertBackbone paths -> ours, below the backbone.
+_KERAS_HUB_TABLE = core_weights.KerasHubTable(
+    renames=(
+        ("token_embedding/", "embeddings/token_embedding/"),
+        ("position_embedding/", "embeddings/position_embedding/"),
+        ("segment_embedding/", "embeddings/segment_embedding/"),
+        ("pooled_dense/", "pooler/"),
+        ("transformer_layer_", "encoder/transformerencoderblock_"),
+        ("/self_attention_layer/", "/self_attention/"),
+        ("feedforward_intermediate_dense", "feedforward/intermediate_dense"),
+        ("feedforward_output_dense", "feedforward/output_dense"),
+    ),
+    sizes=_keras_hub_sizes,
+    targets=_built_weights,
+)
 
 
 def from_keras_hub(keras_hub_backbone, **config):
@@ -356,8 +361,9 @@ def from_keras_hub(keras_hub_backbone, **config):
     Returns:
         The backbone; see :func:`copy_keras_hub_weights` for how its outputs compare.
     """
-    backbone = BertBackbone(BertConfig(**{**_keras_hub_sizes(keras_hub_backbone), **config}))
-    return copy_keras_hub_weights(keras_hub_backbone, backbone)
+    return core_weights.from_keras_hub(keras_hub_backbone, lambda fields: BertBackbone(BertConfig(**fields)),
+                                       _KERAS_HUB_TABLE, source_name="keras_hub_backbone", target_name="backbone",
+                                       **config)
 
 
 def copy_keras_hub_weights(keras_hub_backbone, backbone):
@@ -378,7 +384,5 @@ def copy_keras_hub_weights(keras_hub_backbone, backbone):
     Raises:
         ValueError: naming the weights missing on either side and those whose shapes differ.
     """
-    copy_weights_by_path(keras_hub_backbone.weights, _built_weights(backbone),
-                         lambda path: renamed(path, _KERAS_HUB_RENAMES), source_name="keras_hub_backbone",
-                         target_name="backbone")
-    return backbone
+    return core_weights.copy_keras_hub_weights(keras_hub_backbone, backbone, _KERAS_HUB_TABLE,
+                                               source_name="keras_hub_backbone", target_name="backbone")

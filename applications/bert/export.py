@@ -13,7 +13,7 @@ The SavedModel holds the model's weights, the tokenizer's vocabulary and the ser
 with ``tensorflow`` and ``tensorflow_text`` alone: neither attnlayers nor keras_hub is needed (the tests load it in
 a process where they cannot be imported).
 
-Unlike the generative applications (``applications.core.export.export_generator``, on
+Unlike the generative applications (``applications.core.formats.export.export_generator``, on
 :func:`attnlayers.export.export_generate`, which exports a decoding loop), BERT's tasks are one forward pass, so
 this module writes its own small ``tf.Module``; it reuses the tokenizer (``BertTokenizer``, TensorFlow ops) and
 ``pretraining_data.pack`` / ``is_truncated`` (tensorflow-text ops) as they are used for training, so served and

@@ -23,7 +23,7 @@ import numpy as np
 
 from attnlayers.validation import one_of, positive_int
 
-from ..core.cli import budget_epochs
+from ..core.runs.cli import budget_epochs
 from .baselines import classification_scores, task_baseline
 from .pretraining import DEFAULT_PRETRAINED
 from .tasks import TASK_SEQUENCE_LENGTH, TASKS, load_task
@@ -43,7 +43,7 @@ class FinetuningSettings:
             decay to zero at the end of the run. 1e-4: the compact models' choice of Turc et al. 2019.
         minutes: the training budget, or None. epochs: None: 3 (BERT's), or until the budget.
         backup_every: back up every this many steps (and at epoch ends); None: every few minutes
-            (``core.callbacks.BACKUP_SECONDS``).
+            (``core.training.callbacks.BACKUP_SECONDS``).
         validation_examples: None: the whole validation split picks the best epoch's weights; N: N of its examples
             drawn at random (a large model's validation pass can cost more than its training budget).
         test_examples: None: the whole test split; N: N of its examples drawn at random, for the model and the
@@ -186,9 +186,9 @@ def sample(examples, size, seed=0):
 def _dataset(features, labels, batch_size, seed=None, drop_remainder=False):
     import tensorflow as tf
 
-    from ..core import data_order
+    from ..core.inputs import data_order
 
-    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.data_order).
+    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.inputs.data_order).
     ds = data_order.shuffled_slices((features, labels), 0 if seed is None else seed, shuffle=seed is not None)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
@@ -213,7 +213,7 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
     import tensorflow as tf
 
     from ..core import BestWeights, describe_runtime, run_recipe, saved_model_export, static_shapes
-    from ..core.distribution import held_out_batch_size, pad_to_replicas
+    from ..core.runs.replicas import held_out_batch_size, pad_to_replicas
     from .heads import BertClassifier, BertTokenClassifier, word_predictions
 
     strategy = strategy or tf.distribute.get_strategy()

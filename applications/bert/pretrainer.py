@@ -22,17 +22,25 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from attnlayers.validation import check_rank, concrete_value, format_shape, non_negative_number, positive_int
+from attnlayers.validation import (
+    check_rank,
+    concrete_value,
+    format_shape,
+    non_negative_number,
+    positive_int,
+    positive_number,
+)
 
-from ..core.optimizers import decoupled_adamw, no_weight_decay
-from ..core.schedules import WarmupLinearDecay
+from ..core.training.optimizers import decoupled_adamw, no_weight_decay
+from ..core.training.schedules import WarmupLinearDecay
+from .backbone import build_on_zeros
 
 PACKAGE = "attnlayers.bert"
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 PRETRAINING_INPUTS = BACKBONE_INPUTS + ("mask_positions",)
 # BERT excludes "LayerNorm" and "bias" weights from weight decay (the reference optimization.py); Keras names
 # LayerNormalization's weights gamma / beta, biases "bias" (the MLM output bias is "output_bias"). The rule is the
-# shared one of ``core.optimizers.no_weight_decay`` with BERT's choice of decaying the embedding tables:
+# shared one of ``core.training.optimizers.no_weight_decay`` with BERT's choice of decaying the embedding tables:
 # ("bias", "gamma", "beta", "scale"); no BERT weight is named "scale".
 NO_WEIGHT_DECAY = no_weight_decay(decay_embeddings=True)
 
@@ -46,14 +54,17 @@ def _initializer():
 
 def bert_optimizer(learning_rate, warmup_steps=0, total_steps=None, weight_decay=0.01, *, beta_1=0.9,
                    beta_2=0.999, epsilon=1e-6, global_clipnorm=1.0):
-    """BERT's optimizer (appendix A.2 and the reference optimization.py): ``keras.optimizers.AdamW`` with
-    :class:`WarmupLinearDecay`, decoupled weight decay on every weight but LayerNorm's (gamma, beta) and the
-    biases (``exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)``), and gradients clipped to a global norm
-    of 1.
+    """BERT's optimizer (appendix A.2 and the reference optimization.py): the shared AdamW recipe
+    (:func:`~attnlayers.applications.core.training.optimizers.decoupled_adamw`, which GPT's uses too) with BERT's betas,
+    epsilon and weight decay, decoupled weight decay on every weight but LayerNorm's (gamma, beta) and the biases
+    (``NO_WEIGHT_DECAY``: the embedding tables are decayed), gradients clipped to a global norm of 1, and the
+    learning rate of :class:`WarmupLinearDecay`.
 
     Args:
         learning_rate: the peak learning rate, or a ``LearningRateSchedule`` (then ``warmup_steps`` and
-            ``total_steps`` must be left out).
+            ``total_steps`` must be left out). A number with neither ``warmup_steps`` nor ``total_steps`` stays a
+            constant rate, which a callback may set before every step
+            (:class:`~attnlayers.applications.core.BudgetedLearningRate`, the budgeted runs' schedule).
         warmup_steps, total_steps: see :class:`WarmupLinearDecay`.
         weight_decay: the decoupled decay rate (BERT: 0.01).
         beta_1, beta_2, epsilon: Adam's (BERT: 0.9, 0.999, 1e-6). global_clipnorm: None to not clip.
@@ -61,25 +72,18 @@ def bert_optimizer(learning_rate, warmup_steps=0, total_steps=None, weight_decay
     Returns:
         A ``keras.optimizers.AdamW``.
     """
+    if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
+        raise ValueError(f"`weight_decay` must be a number >= 0; received weight_decay={weight_decay!r}.")
     if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
         if warmup_steps or total_steps is not None:
             raise ValueError(
                 "`learning_rate` is already a schedule; received warmup_steps / total_steps too "
                 f"(warmup_steps={warmup_steps}, total_steps={total_steps}): pass one or the other."
             )
-        schedule = learning_rate
+    elif warmup_steps or total_steps is not None:
+        learning_rate = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
     else:
-        schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
-    return bert_adamw(schedule, weight_decay, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                      global_clipnorm=global_clipnorm)
-
-
-def bert_adamw(learning_rate, weight_decay=0.01, *, beta_1=0.9, beta_2=0.999, epsilon=1e-6, global_clipnorm=1.0):
-    """BERT's AdamW: :func:`~attnlayers.applications.core.optimizers.decoupled_adamw` (the AdamW recipe GPT
-    shares) with BERT's betas, epsilon and weight decay, the embedding tables decayed (``NO_WEIGHT_DECAY``), for a
-    ``learning_rate`` given as is (a number, or a schedule)."""
-    if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
-        raise ValueError(f"`weight_decay` must be a number >= 0; received weight_decay={weight_decay!r}.")
+        learning_rate = positive_number(learning_rate, "learning_rate")
     return decoupled_adamw(learning_rate, float(weight_decay), beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                            global_clipnorm=global_clipnorm, decay_embeddings=True)
 
@@ -133,11 +137,7 @@ class BertTask(keras.Model):
         shapes = (config or {}).get("input_shape")
         if not isinstance(shapes, dict):
             return super().build_from_config(config)
-        self({
-            key: ops.zeros([1 if size is None else size for size in shape],
-                           "bool" if key == "padding_mask" else "int32")
-            for key, shape in shapes.items()
-        })
+        build_on_zeros(self, shapes)
 
     def get_config(self):
         return {**super().get_config(), "backbone": keras.saving.serialize_keras_object(self.backbone)}

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from ..core.cli import budget_epochs
+from ..core.runs.cli import budget_epochs
 from .training import built_backbone, compile_budgeted, run_callbacks
 
 DEFAULT_PRETRAINED = os.path.join("artifacts", "bert", "pretrained")
@@ -50,7 +50,7 @@ class PretrainingSettings:
         held_out: the share of documents (chapters) held out for evaluation.
         minutes: the training budget, or None. epochs: passes over the pairs (None: 10, or until the budget).
         backup_every: back up every this many steps (and at epoch ends); None: every few minutes
-            (``core.callbacks.BACKUP_SECONDS``).
+            (``core.training.callbacks.BACKUP_SECONDS``).
         seed: the split, the pairs, the masks, the shuffling and the initialization.
     """
 
@@ -74,7 +74,7 @@ class PretrainingSettings:
 def read_text_documents(path):
     """Documents from a text file in the format of BERT's create_pretraining_data.py: one sentence a line,
     documents separated by blank lines. Returns a list of documents, each a list of sentences."""
-    from ..core.corpora import text_file_documents
+    from ..core.inputs.corpora import text_file_documents
 
     expected = "a UTF-8 text file, one sentence a line, a blank line between documents"
     return [[line.strip() for line in lines] for lines in text_file_documents(path, expected)]
@@ -191,9 +191,10 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     """
     import tensorflow as tf
 
-    from ..core import corpora, describe_runtime, run_recipe, static_shapes
-    from ..core.recipe import describe_vocabulary
-    from ..core.distribution import held_out_batch_size
+    from ..core.inputs import corpora
+    from ..core import describe_runtime, run_recipe, static_shapes
+    from ..core.runs.recipe import describe_vocabulary
+    from ..core.runs.replicas import held_out_batch_size
     from .config import BertConfig
     from .pretrainer import BertPretrainer
     from .pretraining_data import pretraining_dataset

@@ -55,7 +55,7 @@ import tensorflow_text as tf_text
 
 from attnlayers.validation import is_int, positive_int, rate_in_unit_interval
 
-from ..core import data_order
+from ..core.inputs import data_order
 
 IS_NEXT, NOT_NEXT = 0, 1  # next sentence labels (reference implementation and Hugging Face)
 
@@ -483,7 +483,7 @@ def pretraining_dataset(
         shuffle: shuffle the pairs each epoch (False: document order).
         drop_remainder: drop the last smaller batch (static batch size).
         dynamic_masking: new masks (and order, with `shuffle`) each epoch (Liu et al. 2019): epoch e's are a pure
-            function of (seed, e) (`core.data_order`: `fit`'s epoch, or this dataset's passes outside `fit`). False: the same masks every pass: the batches depend on `seed` alone, however many
+            function of (seed, e) (`core.inputs.data_order`: `fit`'s epoch, or this dataset's passes outside `fit`). False: the same masks every pass: the batches depend on `seed` alone, however many
             times the dataset was iterated before (Keras' `fit` under a tf.distribute strategy iterates it once
             more than without one, to build the model), as comparisons across placements need.
 
@@ -505,7 +505,7 @@ def pretraining_dataset(
         shuffle=shuffle, each_epoch=bool(dynamic_masking))
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
     # One random number per batch seeds that batch's masks: a pure function of (seed, epoch, batch) with
-    # dynamic_masking (core.data_order.epoch_seeds), of (seed, batch) without.
+    # dynamic_masking (core.inputs.data_order.epoch_seeds), of (seed, batch) without.
     draws = (data_order.epoch_seeds(seed) if dynamic_masking
              else tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=False))
     ds = tf.data.Dataset.zip(ds, draws)

@@ -1,5 +1,5 @@
 """The fine-tuning tasks' data (:mod:`.finetuning`'s): each task's splits and labels, from
-:mod:`attnlayers.applications.core.corpora` (Debian, npm and PyPI packages; each reader's error names what to
+:mod:`attnlayers.applications.core.inputs.corpora` (Debian, npm and PyPI packages; each reader's error names what to
 install), and the pieces per input each is cut at.
 
 - sentiment: tweets, 3 classes (a classifier).
@@ -35,8 +35,8 @@ class TaskData:
 
 
 def load_task(task, seed=0):
-    """The splits of ``task`` from :mod:`~attnlayers.applications.core.corpora`."""
-    from ..core import corpora
+    """The splits of ``task`` from :mod:`~attnlayers.applications.core.inputs.corpora`."""
+    from ..core.inputs import corpora
 
     one_of(task, "task", TASKS)
     if task == "sentiment":

@@ -49,7 +49,7 @@ import tensorflow as tf
 
 from attnlayers.validation import is_int
 
-from ..core.token_lookup import TokenLookup
+from ..core.inputs.token_lookup import TokenLookup
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _TOKEN_ATTRIBUTES = dict(zip(SPECIAL_TOKENS, ("pad", "unk", "cls", "sep", "mask"), strict=True))

@@ -1,5 +1,5 @@
 """What BERT's pretraining and fine-tuning runs share (:mod:`.pretraining`, :mod:`.finetuning`): the backbone built
-on its own, BERT's AdamW with a learning rate set by the budget, and the runs' callbacks.
+on its own, the one compile with BERT's AdamW at a learning rate set by the budget, and the runs' callbacks.
 
     with strategy.scope():
         model = BertPretrainer(built_backbone(config))
@@ -10,29 +10,27 @@ on its own, BERT's AdamW with a learning rate set by the budget, and the runs' c
 from __future__ import annotations
 
 
-def budgeted_bert_optimizer(peak, weight_decay=0.01):
-    """:func:`~attnlayers.applications.bert.pretrainer.bert_optimizer`'s AdamW (its betas, epsilon, gradient
-    clipping and the LayerNorm / bias weights out of the weight decay: the shared recipe of
-    :func:`~attnlayers.applications.core.optimizers.decoupled_adamw`) with a constant learning rate, which
-    :class:`~attnlayers.applications.core.BudgetedLearningRate` sets before every step."""
-    from .pretrainer import bert_adamw
-
-    return bert_adamw(float(peak), weight_decay)
-
-
 def compile_budgeted(model, compile_for, peak, warmup_fraction, weight_decay, minutes):
-    """Compiles ``model`` with its own helper ``compile_for`` (the task's losses and metrics), then again with
-    :func:`budgeted_bert_optimizer`; returns the :class:`BudgetedLearningRate` callback for ``fit`` (linear
-    warm-up over ``warmup_fraction`` of the run, linear decay to 0 at its end: ``minutes`` when given, else the
-    last step of ``fit``'s epochs). Call it under the strategy's scope."""
-    import keras
-
+    """Compiles ``model`` once with its own helper ``compile_for`` (the task's losses and metrics;
+    ``compile_for_pretraining`` or ``compile_for_finetuning``) and :func:`~.pretrainer.bert_optimizer` at the
+    constant rate ``peak``; returns the :class:`BudgetedLearningRate` callback that sets that rate for ``fit``
+    (linear warm-up over ``warmup_fraction`` of the run, linear decay to 0 at its end: ``minutes`` when given, else
+    the last step of ``fit``'s epochs). Call it under the strategy's scope."""
     from ..core import BudgetedLearningRate
 
-    compile_for()
-    compiled = keras.saving.deserialize_keras_object(model.get_compile_config())
-    model.compile(**{**compiled, "optimizer": budgeted_bert_optimizer(peak, weight_decay)})
+    compile_for(float(peak), warmup_steps=0, total_steps=None, weight_decay=weight_decay)
     return BudgetedLearningRate(peak, warmup_fraction, seconds=None if minutes is None else minutes * 60.0)
+
+
+def budgeted_bert_optimizer(peak, weight_decay=0.01):
+    """Deprecated: ``bert_optimizer(peak, weight_decay=weight_decay)`` (a constant rate) is the same optimizer."""
+    import warnings
+
+    from .pretrainer import bert_optimizer
+
+    warnings.warn("budgeted_bert_optimizer is deprecated; use bert_optimizer(peak, weight_decay=weight_decay) "
+                  "(attnlayers.applications.bert.bert_optimizer).", DeprecationWarning, stacklevel=2)
+    return bert_optimizer(float(peak), weight_decay=weight_decay)
 
 
 def run_callbacks(out_dir, minutes, best, schedule, tensorboard, backup, backup_every=None):

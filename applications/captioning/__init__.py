@@ -7,7 +7,7 @@
     model = ShowAttendTell(vocabulary.vocabulary_size, attention="soft")
     model.compile_for_captioning()
     model.fit(train, epochs=10)
-    model.generate(images, strategy=BeamSearch(3))                # token ids; vocabulary.decode(...) -> text
+    model.generate(images, search=BeamSearch(3))                  # token ids; vocabulary.decode(...) -> text
 
 Modules: `data` (the scene task, Flickr8k / COCO readers, vocabulary, tf.data pipeline), `encoder`
 (ImageEncoder: a small CNN or a keras.applications backbone), `model` (ShowAttendTell soft / hard, ShowAndTell,

@@ -1,11 +1,11 @@
 """The servable captioner: a SavedModel with a ``caption`` signature, images in and caption strings out.
 
-    export_captioner("/tmp/captioner", model, vocabulary, strategy=BeamSearch(3))
+    export_captioner("/tmp/captioner", model, vocabulary, search=BeamSearch(3))
     # anywhere with only TensorFlow:
     captioner = tf.saved_model.load("/tmp/captioner")
     captioner.caption(images)["caption"]           # images: uint8 (B, H, W, C), any size, C = 1, 3 or 4
 
-The decoding is the library's one export path (``applications.core.export.export_generator`` on
+The decoding is the library's one export path (``applications.core.formats.export.export_generator`` on
 :func:`attnlayers.export.export_generate`, XLA-compiled); this module adds what is around it: resizing to the
 model's input size, gray and RGBA images to RGB, ids to words, and optionally the attention maps of the
 generated caption. The SavedModel needs neither attnlayers nor keras to load and run.
@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from attnlayers.decoding import BeamSearch, get_strategy
+from attnlayers.decoding import BeamSearch, get_search
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.export import assert_rank
 
-from ..core.export import export_generator
+from ..core.formats.export import export_generator
 
 
 class _Captioner(tf.Module):
@@ -67,7 +68,8 @@ def to_model_images(images, image_size):
     return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
 
 
-def export_captioner(path, model, vocabulary, *, strategy=None, max_length=None, return_attention=True,
+@renamed_keyword("strategy", "search")
+def export_captioner(path, model, vocabulary, *, search=None, max_length=None, return_attention=True,
                      jit_compile=True):
     """Writes a SavedModel whose ``caption`` signature captions a batch of images.
 
@@ -75,8 +77,8 @@ def export_captioner(path, model, vocabulary, *, strategy=None, max_length=None,
         path: the SavedModel directory.
         model: a trained captioner (``ShowAttendTell``, ``ShowAndTell``, ``TransformerCaptioner``).
         vocabulary: its ``CaptionVocabulary`` (``words``: id -> word).
-        strategy: decoding: "greedy", ``BeamSearch(k)`` (default ``BeamSearch(3)``; the best beam is returned)
-            or a sampling strategy (then the signature takes an int32 ``seed``).
+        search: decoding: "greedy", ``BeamSearch(k)`` (default ``BeamSearch(3)``; the best beam is returned)
+            or a sampling search (then the signature takes an int32 ``seed``).
         max_length: the longest caption in tokens, [start] and [end] included (default: the model's).
         return_attention: also return the attention maps of the generated caption (models with attention).
         jit_compile: compile the encoder + decoding loop with XLA.
@@ -96,14 +98,14 @@ def export_captioner(path, model, vocabulary, *, strategy=None, max_length=None,
 
     if keras.backend.backend() != "tensorflow":
         raise ValueError(f"export_captioner needs the TensorFlow backend; received {keras.backend.backend()!r}.")
-    strategy = get_strategy(BeamSearch(3) if strategy is None else strategy)
-    beam = isinstance(strategy, BeamSearch)
+    search = get_search(BeamSearch(3) if search is None else search)
+    beam = isinstance(search, BeamSearch)
     max_length = model.generation_length(max_length)
     image_size = model.encoder.image_size
     probe = (tf.zeros((1, image_size, image_size, 3), tf.uint8), tf.ones((1, 1), tf.int32))
     model(probe)  # every variable exists before tracing (an untrained model has none yet)
     spec = tf.TensorSpec((None, image_size, image_size, 3), tf.uint8, name="images")
-    generator = export_generator(None, model, max_length, strategy, source_spec=spec, jit_compile=jit_compile)
+    generator = export_generator(None, model, max_length, search, source_spec=spec, jit_compile=jit_compile)
     module = _Captioner(generator, vocabulary.words)
     grid = model.grid_shape
     with_attention = return_attention and model.attention_maps(*probe) is not None
@@ -139,7 +141,7 @@ def export_captioner(path, model, vocabulary, *, strategy=None, max_length=None,
         return result
 
     image_spec = tf.TensorSpec((None, None, None, None), tf.uint8, name="images")
-    if strategy.stochastic:
+    if search.stochastic:
         def serve(images, seed):
             return caption(images, seed)
 

@@ -35,9 +35,9 @@ from attnlayers.validation import (
     check_divisible, concrete_value, is_number, one_of, positive_int, rate_in_unit_interval,
 )
 
-from ..core.generation import Seq2SeqGenerator, check_token_ids
-from ..core.losses import MaskedCrossEntropy
-from ..core.metrics import MaskedAccuracy
+from ..core.generative import Seq2SeqGenerator, check_token_ids
+from ..core.training.losses import MaskedCrossEntropy
+from ..core.training.metrics import MaskedAccuracy
 from .encoder import PACKAGE, ImageEncoder, check_pixel_values
 
 ATTENTIONS = ("soft", "hard")

@@ -5,7 +5,7 @@ Images are pixel values in 0..255: uint8 as they are, other integers and floats 
 all within [0, 1] (images scaled to [0, 1]: multiply by 255) and values outside 0..255 are refused with a
 ValueError naming the argument (the rule of ``encoder.check_pixel_values``). An empty batch has no captions.
 
-    captions = caption_images(model, splits.test.images, vocabulary, strategy=BeamSearch(3))
+    captions = caption_images(model, splits.test.images, vocabulary, search=BeamSearch(3))
     metrics = evaluate_captioner(model, splits.test, vocabulary)      # {"BLEU-4": ..., "localization": ...}
     plot_captions(model, splits.test, vocabulary, "out/attention.png")
 """
@@ -16,7 +16,8 @@ import dataclasses
 
 import numpy as np
 
-from attnlayers.decoding import get_strategy
+from attnlayers.decoding import get_search
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.validation import positive_int
 
 from . import evaluate
@@ -39,7 +40,8 @@ def load_images(caption_set, image_size):
     return dataclasses.replace(caption_set, images=images, image_paths=None)
 
 
-def caption_images(model, images, vocabulary, *, strategy="greedy", max_length=None, batch_size=100):
+@renamed_keyword("strategy", "search")
+def caption_images(model, images, vocabulary, *, search="greedy", max_length=None, batch_size=100):
     """Captions of ``images`` (N, S, S, 3) as strings (the best beam for beam search); [] for N = 0.
 
     ``images``: uint8 0..255, or integers / floats holding pixel values in 0..255 (``check_pixel_values``:
@@ -59,13 +61,13 @@ def caption_images(model, images, vocabulary, *, strategy="greedy", max_length=N
                          "(one image: images[None]).")
     if len(images) == 0:
         return []
-    strategy = get_strategy(strategy)
+    search = get_search(search)
     max_length = model.generation_length(max_length)
     if keras.backend.backend() == "tensorflow":
-        function = tf.function(lambda x: model.generate(x, max_length, strategy).tokens, autograph=False)
+        function = tf.function(lambda x: model.generate(x, max_length, search).tokens, autograph=False)
         decode = lambda x: function(tf.constant(x))  # noqa: E731
     else:  # JAX: generate runs its loop in ops.while_loop (compiled); a tf.function cannot trace it
-        decode = lambda x: model.generate(x, max_length, strategy).tokens  # noqa: E731
+        decode = lambda x: model.generate(x, max_length, search).tokens  # noqa: E731
     captions = []
     for start in range(0, len(images), batch_size):
         tokens = np.asarray(decode(images[start : start + batch_size]))
@@ -114,7 +116,8 @@ def localization(model, caption_set, vocabulary):
             "pointing_game_by_kind": {k: v["pointing_game"] for k, v in found["by_kind"].items()}}
 
 
-def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max_length=None):
+@renamed_keyword("strategy", "search")
+def evaluate_captioner(model, caption_set, vocabulary, *, search="greedy", max_length=None):
     """BLEU-1..4 and CIDEr (``evaluate.caption_metrics``), exact match, and, when ``caption_set`` has object
     boxes and the model attention, the localization of object words (teacher forcing on the reference).
 
@@ -124,7 +127,7 @@ def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max
         "pointing_game_by_kind", "captions": [...]}``.
     """
     images = check_pixel_values(caption_set.images, "caption_set.images")
-    hypotheses = caption_images(model, images, vocabulary, strategy=strategy, max_length=max_length)
+    hypotheses = caption_images(model, images, vocabulary, search=search, max_length=max_length)
     result = {**evaluate.caption_metrics(hypotheses, caption_set.captions),
               "exact_match": evaluate.exact_match(hypotheses, caption_set.captions)}
     result.update(localization(model, caption_set, vocabulary))
@@ -132,7 +135,8 @@ def evaluate_captioner(model, caption_set, vocabulary, *, strategy="greedy", max
     return result
 
 
-def plot_captions(model, caption_set, vocabulary, path, *, index=0, strategy="greedy", max_length=None):
+@renamed_keyword("strategy", "search")
+def plot_captions(model, caption_set, vocabulary, path, *, index=0, search="greedy", max_length=None):
     """The paper's figure for image ``index``: the image and, per generated word, its attention map upsampled
     over the image (hard attention: the sampled cell marked). Returns the path, or None without attention."""
     import tensorflow as tf
@@ -141,7 +145,7 @@ def plot_captions(model, caption_set, vocabulary, path, *, index=0, strategy="gr
 
     image = check_pixel_values(caption_set.images[index : index + 1], "caption_set.images")
     max_length = model.generation_length(max_length)
-    tokens = np.asarray(model.generate(tf.constant(image), max_length, get_strategy(strategy)).tokens)
+    tokens = np.asarray(model.generate(tf.constant(image), max_length, get_search(search)).tokens)
     tokens = tokens[:, 0] if tokens.ndim == 3 else tokens
     words = vocabulary.decode(tokens[0]).split()
     maps = model.attention_maps(image, tokens[:, : len(words) + 1])

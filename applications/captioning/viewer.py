@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlayers.decoding import get_strategy
+from attnlayers.decoding import get_search
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.viewer import AttentionViewer
 
 from .encoder import check_pixel_values
@@ -31,7 +32,8 @@ def _transformer_maps(model, image, caption_in):
     return cross, self_attention
 
 
-def attention_viewer(model, images, vocabulary, path=None, *, index=0, caption=None, strategy="greedy",
+@renamed_keyword("strategy", "search")
+def attention_viewer(model, images, vocabulary, path=None, *, index=0, caption=None, search="greedy",
                      max_length=None, title=None):
     """Where ``model`` looks for each word of its caption of image ``index``, as an
     :class:`~attnlayers.viewer.AttentionViewer` (the image view; for the Transformer captioner also every layer and
@@ -43,8 +45,8 @@ def attention_viewer(model, images, vocabulary, path=None, *, index=0, caption=N
         vocabulary: the model's ``CaptionVocabulary``.
         path: where to write the page (None: not written).
         index: which image.
-        caption: a caption to force (e.g. a reference); default: the model's own (``strategy``).
-        strategy, max_length: the decoding of the caption.
+        caption: a caption to force (e.g. a reference); default: the model's own (``search``).
+        search, max_length: the decoding of the caption.
         title: the page's title.
 
     Returns:
@@ -62,7 +64,7 @@ def attention_viewer(model, images, vocabulary, path=None, *, index=0, caption=N
     if caption is None:
         max_length = model.generation_length(max_length)
         tokens = np.asarray(model.generate(keras.ops.convert_to_tensor(image), max_length,
-                                           get_strategy(strategy)).tokens)
+                                           get_search(search)).tokens)
         row = (tokens[:, 0] if tokens.ndim == 3 else tokens)[0]
         ids, ended = [], False
         for token in row[1:]:  # row[0] is the start token

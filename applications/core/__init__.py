@@ -11,31 +11,49 @@ train -> evaluate -> pictures -> export recipe.
     core.run_recipe(model, train, validation=validation, callbacks=core.standard_callbacks(out, minutes=20),
                     evaluate=..., pictures=..., export=..., out_dir=out)
 
-Modules: ``generation`` (GenerativeModel, Seq2SeqGenerator), ``losses``, ``metrics``, ``schedules``,
-``callbacks`` (BudgetedLearningRate among them), ``backup`` (``BackupAndRestore``: atomic backups, an exact
-mid-epoch resume), ``data_order`` (data in an order that is a function of (seed, epoch): what a resume needs), ``runtime`` (the strategy and the precision), ``keras_fixes`` (the three replacements of
-Keras' trainer internals under several replicas), ``distribution`` (JAX's data parallelism, the chief and the
-workers' folders, static shapes), ``bleu``, ``recipe`` (backend-agnostic or TensorFlow imported on use), ``files``
-(``read_lines`` for the readers), ``cli`` (the scripts' shared flags, ``UsageError``, ``run_script``), and ``export`` (``export_generator``; imports TensorFlow, so it is not
-imported here), ``safetensors`` (NumPy reader / writer), ``weights`` (``copy_weights_by_path``), ``hf_config``
-(``hf_config_fields``: Hugging Face config.json keys to ours), ``token_lookup`` (``TokenLookup``, the token <-> id
-plumbing of the in-graph tokenizers; TensorFlow, not imported here), and ``corpora`` (the offline corpus
-readers and their document splits; imported on use). Nothing here knows a particular vocabulary:
-special token ids are model attributes and tokenizers are passed in.
+Sub-packages, by concern (each module imported on first use):
+
+- ``generative``: the generation contract (GenerativeModel, Seq2SeqGenerator, check_token_ids).
+- ``runs``: ``recipe`` (run_recipe; backend-agnostic, TensorFlow imported on use), ``runtime`` (the strategy and
+  the precision, JAX's runtime included), ``replicas`` (batch sizes over replicas, the chief and the workers'
+  folders, static shapes), ``keras_fixes`` (the replacements of Keras' trainer internals under several replicas),
+  ``cli`` (the scripts' shared flags, ``UsageError``, ``run_script``), ``scheduled_sampling_flags``, ``launch``
+  (local multi-worker groups).
+- ``training``: ``callbacks`` (BudgetedLearningRate among them), ``backup`` (``BackupAndRestore``: atomic backups,
+  an exact mid-epoch resume), ``schedules``, ``optimizers`` (the one AdamW), ``losses``, ``metrics``.
+- ``evaluation``: ``bleu``, ``exposure_bias``.
+- ``inputs``: ``corpora`` (the offline corpus readers and their document splits), ``splits`` (seeded splits),
+  ``data_order`` (data in an order that is a function of (seed, epoch): what a resume needs), ``scene_images``
+  (the generated scenes), ``files`` (``read_lines`` for the readers, atomic writes), ``token_lookup``
+  (``TokenLookup``, the token <-> id plumbing of the in-graph tokenizers; TensorFlow).
+- ``formats``: ``safetensors`` (NumPy reader / writer), ``hf_config`` (Hugging Face config.json keys to ours),
+  ``weights`` (copies by path; the keras-hub copier), ``export`` (``export_generator``; TensorFlow).
+
+A module's former name stays an attribute (``core.runtime`` is ``core.runs.runtime``, ``core.distribution`` is
+``core.runs.replicas``, ``core.scenes`` is ``core.inputs.scene_images``, ``core.generation`` is
+``core.generative``: :data:`MOVED`). Nothing here knows a particular vocabulary: special token ids are model
+attributes and tokenizers are passed in.
 """
 
-from .backup import BackupAndRestore
-from .bleu import corpus_bleu
-from .callbacks import BestWeights, BudgetedLearningRate, ProgressLog, StepCounter, TimeBudget, standard_callbacks
-from .generation import GenerativeModel, Seq2SeqGenerator, check_token_ids
+from .evaluation.bleu import corpus_bleu
+from .generative import GenerativeModel, Seq2SeqGenerator, check_token_ids
 from .lazy import lazy_attributes
-from .losses import MaskedCrossEntropy
-from .metrics import MaskedAccuracy
-from .recipe import describe_training, run_recipe, saved_model_export, training_summary
-from .cli import add_runtime_arguments, runtime_from_args
-from .distribution import is_chief, static_shapes, worker_directory
-from .runtime import PRECISIONS, STRATEGIES, describe_runtime, make_strategy, set_precision, setup_runtime
-from .schedules import TransformerSchedule, WarmupCosineDecay, WarmupLinearDecay
+from .runs.cli import add_runtime_arguments, runtime_from_args
+from .runs.recipe import describe_training, run_recipe, saved_model_export, training_summary
+from .runs.replicas import is_chief, static_shapes, worker_directory
+from .runs.runtime import PRECISIONS, STRATEGIES, describe_runtime, make_strategy, set_precision, setup_runtime
+from .training.backup import BackupAndRestore
+from .training.callbacks import (
+    BestWeights,
+    BudgetedLearningRate,
+    ProgressLog,
+    StepCounter,
+    TimeBudget,
+    standard_callbacks,
+)
+from .training.losses import MaskedCrossEntropy
+from .training.metrics import MaskedAccuracy
+from .training.schedules import TransformerSchedule, WarmupCosineDecay, WarmupLinearDecay
 
 __all__ = [
     "BackupAndRestore",
@@ -71,5 +89,20 @@ __all__ = [
     "worker_directory",
 ]
 
-# Each module of the package is an attribute too (core.export, ...), imported on first use (core/lazy.py).
-__getattr__ = lazy_attributes(__name__)
+# The modules' former names (before the sub-packages): core.runtime, core.export, ... are still those modules.
+MOVED = {
+    "backup": "training.backup", "callbacks": "training.callbacks", "schedules": "training.schedules",
+    "optimizers": "training.optimizers", "losses": "training.losses", "metrics": "training.metrics",
+    "bleu": "evaluation.bleu", "exposure_bias": "evaluation.exposure_bias",
+    "recipe": "runs.recipe", "runtime": "runs.runtime", "distribution": "runs.replicas",
+    "keras_fixes": "runs.keras_fixes", "cli": "runs.cli", "launch": "runs.launch",
+    "scheduled_sampling": "runs.scheduled_sampling_flags",
+    "corpora": "inputs.corpora", "splits": "inputs.splits", "data_order": "inputs.data_order",
+    "scenes": "inputs.scene_images", "files": "inputs.files", "token_lookup": "inputs.token_lookup",
+    "safetensors": "formats.safetensors", "hf_config": "formats.hf_config", "weights": "formats.weights",
+    "export": "formats.export", "generation": "generative",
+}
+
+# Each module of the package is an attribute too (core.runs, core.generative, ...), imported on first use, and so
+# is each former name (core/lazy.py).
+__getattr__ = lazy_attributes(__name__, moved=MOVED)

@@ -4,16 +4,16 @@
 
     model = gpt.GPT(gpt.GPTConfig(vocabulary_size=1000, max_sequence_length=128))
     logits = model(token_ids)                                    # (B, T, 1000)
-    result = model.generate(prompt_ids, max_length=128, strategy="top_p", seed=1)
+    result = model.generate(prompt_ids, max_length=128, search="top_p", seed=1)
 
 Modules: `model` (GPTConfig, GPT: call, initial_cache / next / generation_inputs / generate, a core
-GenerativeModel, so `attnlayers.applications.core.export.export_generator` exports it as a SavedModel),
+GenerativeModel, so `attnlayers.applications.core.formats.export.export_generator` exports it as a SavedModel),
 `keras_hub_weights` (a GPT from a keras-hub GPT2Backbone: same sizes, same weights), `checkpoint`
 (load_hf_checkpoint / save_hf_checkpoint: Hugging Face GPT-2 directories, config.json + model.safetensors),
 `llama_checkpoint` (the same for the LLaMA-style GPT and LlamaForCausalLM files), `tokenizer` (GPT2Tokenizer,
 GPT-2's byte-level BPE, and train_byte_level_bpe; TensorFlow, imported on first use), `data` (documents -> token
-stream -> windows of L + 1 tokens -> (x, y, padding-mask weight) batches; the unigram baseline) and `recipes`
-(TrainingSettings, run_training: the training recipe of examples/train_gpt.py; import them as modules).
+stream -> windows of L + 1 tokens -> (x, y, padding-mask weight) batches; the unigram baseline) and `runs`
+(TrainingSettings, run_training: the training run of examples/train_gpt.py; import them as modules).
 GPTConfig.preset("small" | "medium" | "large" | "xl") gives GPT-2's sizes (GPT_PRESETS, plus a "tiny" test size);
 config.parameter_count() their closed-form parameter count.
 """

@@ -22,7 +22,7 @@ Two layouts are met: the published GPT-2 files (these names without a prefix, pl
 Both load; buffers and task heads are skipped and listed in ``info["ignored"]``. :func:`save_hf_checkpoint` writes
 today's ``GPT2LMHeadModel`` layout (``transformer.`` prefix, the tied lm_head left out, float32).
 
-The safetensors files are read and written by :mod:`attnlayers.applications.core.safetensors` (NumPy alone).
+The safetensors files are read and written by :mod:`attnlayers.applications.core.formats.safetensors` (NumPy alone).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ import shutil
 import numpy as np
 from keras import ops
 
-from ..core.files import read_json, replace_atomically
-from ..core.hf_config import hf_config_fields
-from ..core.safetensors import read_safetensors, write_safetensors
+from ..core.formats.hf_config import hf_config_fields
+from ..core.formats.safetensors import read_safetensors, write_safetensors
+from ..core.inputs.files import read_json, replace_atomically
 from .model import GPT, GPTConfig
 
 CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE, MERGES_FILE = "config.json", "model.safetensors", "vocab.json", "merges.txt"

@@ -39,7 +39,7 @@ def document_texts(documents, separator="\n"):
 def read_text_documents(path):
     """The documents of a UTF-8 text file: blocks of lines separated by blank lines, each block one document (its
     lines kept, joined by newlines). Raises ValueError naming the file when it holds fewer than 2 documents."""
-    from ..core.corpora import text_file_documents
+    from ..core.inputs.corpora import text_file_documents
 
     return ["\n".join(lines) for lines in text_file_documents(path)]
 
@@ -98,15 +98,15 @@ def lm_examples(windows, mask):
 
 def lm_dataset(windows, mask, batch_size, seed=None, drop_remainder=False):
     """A ``tf.data.Dataset`` of :func:`lm_examples` batches; epoch e shuffled in (``seed``, e)'s order (None: in order;
-    ``core.data_order``).
+    ``core.inputs.data_order``).
     The last batch may be smaller, unless ``drop_remainder`` drops it (every batch (batch_size, L): static shapes,
     as TPUs and ``jit_compile`` want)."""
     import tensorflow as tf
 
     x, y, weights = lm_examples(windows, mask)
-    from ..core import data_order
+    from ..core.inputs import data_order
 
-    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.data_order).
+    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.inputs.data_order).
     dataset = data_order.shuffled_slices((x, y, weights), 0 if seed is None else seed, shuffle=seed is not None)
     batched = dataset.batch(positive_int(batch_size, "batch_size"), drop_remainder=bool(drop_remainder))
     return batched.prefetch(tf.data.AUTOTUNE)

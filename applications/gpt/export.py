@@ -10,7 +10,7 @@
     out["text"]          # (B,) the continuations (UTF-8 bytes)
 
 The loop is :func:`attnlayers.export.export_generate`'s (through
-:func:`attnlayers.applications.core.export.export_generator`), with ``settings=True``: one XLA-compiled
+:func:`attnlayers.applications.core.formats.export.export_generator`), with ``settings=True``: one XLA-compiled
 loop for every temperature, top-k, top-p, seed and max_new_tokens. The tokenizer is the model's
 :class:`~attnlayers.applications.gpt.GPT2Tokenizer`, its pre-tokenizer rewritten with TensorFlow's own string ops
 (``pretokenize(text, split=core_regex_split)``, the same pre-tokens): ``GPT2Tokenizer.tokenize`` uses
@@ -39,7 +39,7 @@ import tensorflow as tf
 from attnlayers.export import GenerateExportOptions
 from attnlayers.validation import positive_int
 
-from ..core.export import export_generator
+from ..core.formats.export import export_generator
 from .tokenizer import core_regex_split, pretokenize, row_ids, special_segment_ids
 
 __all__ = ["ServingTokenizer", "chat_prompt_parts", "export_chat", "export_gpt"]

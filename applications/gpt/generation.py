@@ -1,7 +1,7 @@
 """Text generation with a GPT and its byte-level BPE tokenizer: strings in, strings out, stop strings.
 
     texts = generate_text(model, tokenizer, ["Once upon a time"], max_new_tokens=40,
-                          strategy=Sampling(temperature=0.8, top_p=0.9), seed=1, stop_strings=["\\n\\n"])
+                          search=Sampling(temperature=0.8, top_p=0.9), seed=1, stop_strings=["\\n\\n"])
 
 Stop strings (Hugging Face's ``stop_strings``; keras-hub has only stop token ids) stop the decoding loop (each
 is tokenized once into a stop sequence) and cut the returned text: :mod:`attnlayers.stop_strings`, whose
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import weakref
 
-from attnlayers.decoding import BeamSearch, check_seed, get_strategy
+from attnlayers.decoding import BeamSearch, check_seed, get_search
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.stop_strings import check_stop_strings, cut_at_stop_strings, stop_sequences_for
 from attnlayers.validation import positive_int
 
@@ -56,7 +57,7 @@ def _tokenize_prompts(model, tokenizer, prompts, max_length):
 
 
 _BUCKET = 64  # jit_compile: prompts are padded to a multiple of this width (one compiled loop per width)
-_COMPILED = weakref.WeakKeyDictionary()  # model -> {(width, max_length, strategy, ...): the compiled loop}
+_COMPILED = weakref.WeakKeyDictionary()  # model -> {(width, max_length, search, ...): the compiled loop}
 
 
 def _compile(model_ref, run):
@@ -85,7 +86,7 @@ def _compile(model_ref, run):
                      "Pass jit_compile=False.")
 
 
-def _compiled_generate(model, token_ids, mask, max_length, strategy, seed, max_new_tokens, stop_sequences):
+def _compiled_generate(model, token_ids, mask, max_length, search, seed, max_new_tokens, stop_sequences):
     """``model.generate`` as one XLA-compiled loop (:func:`_compile`), cached per model and shape: the prompts
     right-padded to a multiple of ``_BUCKET`` tokens, so a growing chat compiles once per bucket."""
     import numpy as np
@@ -103,16 +104,16 @@ def _compiled_generate(model, token_ids, mask, max_length, strategy, seed, max_n
     token_ids = np.concatenate([token_ids, pad], axis=1)
     mask = np.concatenate([mask, np.zeros(pad.shape, bool)], axis=1)
     check_seed(seed)  # a named ValueError before the conversion below
-    if seed is None and strategy.stochastic:
-        seed = getattr(strategy, "seed", None)
+    if seed is None and search.stochastic:
+        seed = getattr(search, "seed", None)
         seed = int(np.random.randint(2**31 - 1)) if seed is None else seed
-    key = (bucket, max_length, repr(strategy), max_new_tokens, stop_sequences and tuple(map(tuple, stop_sequences)))
+    key = (bucket, max_length, repr(search), max_new_tokens, stop_sequences and tuple(map(tuple, stop_sequences)))
     functions = _COMPILED.setdefault(model, {})
     if key not in functions:
         model_ref = weakref.ref(model)  # a value of the WeakKeyDictionary holding its key would keep it forever
 
         def run(ids, prompt_mask, seed_):
-            result = model_ref().generate(ids, max_length, strategy, seed_ if strategy.stochastic else None,
+            result = model_ref().generate(ids, max_length, search, seed_ if search.stochastic else None,
                                           padding_mask=prompt_mask, max_new_tokens=max_new_tokens,
                                           stop_sequences=stop_sequences)
             return result.tokens, result.lengths
@@ -122,7 +123,8 @@ def _compiled_generate(model, token_ids, mask, max_length, strategy, seed, max_n
     return tokens, lengths, mask
 
 
-def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=None, strategy="greedy",
+@renamed_keyword("strategy", "search")
+def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=None, search="greedy",
                   seed=None, stop_strings=None, jit_compile=False):
     """Continues text prompts with a GPT (``model.generate``) and returns the generated text.
 
@@ -136,13 +138,13 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         max_new_tokens: None or an int >= 1: each row stops after that many generated tokens (beam search: the
             default ``max_length`` is the longest prompt + ``max_new_tokens``). More than the length leaves
             (``max_length`` or ``max_sequence_length`` minus the prompt; e.g. 2**31 - 1) is clipped to that.
-        strategy: "greedy", "beam", "sample", ... or an ``attnlayers.decoding`` strategy (``Sampling(temperature,
+        search: "greedy", "beam", "sample", ... or an ``attnlayers.decoding`` search (``Sampling(temperature,
             top_k, top_p)``, ``BeamSearch(num_beams, num_return)``).
         seed: the sampling seed, an int or an integer tensor (the same seed gives the same text).
         stop_strings: None or a list of non-empty strings: generation of a row stops when its tokens end with one
             (as tokenized alone), and the text is cut before the first occurrence of any (see the module
             docstring).
-        jit_compile: run the decoding loop (any strategy, beam search included) as one XLA-compiled function: a
+        jit_compile: run the decoding loop (any search, beam search included) as one XLA-compiled function: a
             ``tf.function(jit_compile=True)`` under TensorFlow, a ``jax.jit`` of the stateless call under JAX (other
             backends: a ValueError), compiled on the first call for each prompt width bucket (prompts right-padded
             to a multiple of 64 tokens) and settings, then reused: several times faster per token on CPUs after that
@@ -154,27 +156,27 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         a list of B lists of t strings, best first.
 
     Raises:
-        ValueError: naming the argument: empty or too long prompts, bad stop strings, unknown strategies or
+        ValueError: naming the argument: empty or too long prompts, bad stop strings, unknown searches or
             settings, a ``max_length`` beyond ``max_sequence_length``, a ``seed`` that is not an int, token ids
             outside the model's vocabulary (a tokenizer bigger than the model).
     """
     import numpy as np
 
     stop_strings = check_stop_strings(stop_strings)
-    strategy = get_strategy(strategy)
+    search = get_search(search)
     max_new_tokens = positive_int(max_new_tokens, "max_new_tokens", allow_none=True, what="tokens generated per row")
     max_length = positive_int(max_length, "max_length", allow_none=True, what="the output length, prompt included")
     token_ids, mask = _tokenize_prompts(model, tokenizer, prompts, max_length)
-    if isinstance(strategy, BeamSearch) and max_new_tokens is not None:  # beam search has one length for all rows
+    if isinstance(search, BeamSearch) and max_new_tokens is not None:  # beam search has one length for all rows
         if max_length is None:
             max_length = min(model.config.max_sequence_length, token_ids.shape[1] + int(max_new_tokens))
         max_new_tokens = None
     stop_sequences = stop_sequences_for(tokenizer, stop_strings) or None
     if jit_compile:
-        tokens, lengths, mask = _compiled_generate(model, token_ids, mask, max_length, strategy, seed,
+        tokens, lengths, mask = _compiled_generate(model, token_ids, mask, max_length, search, seed,
                                                    max_new_tokens, stop_sequences)
     else:
-        result = model.generate(token_ids, max_length, strategy, seed, padding_mask=mask,
+        result = model.generate(token_ids, max_length, search, seed, padding_mask=mask,
                                 max_new_tokens=max_new_tokens, stop_sequences=stop_sequences)
         tokens, lengths = result.tokens, result.lengths
     tokens, lengths = np.asarray(tokens), np.asarray(lengths)
@@ -191,6 +193,6 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
     texts = [cut_at_stop_strings(t.decode("utf-8", errors="replace"), stop_strings) for t in raw]
     width = tokens.shape[1]
     rows = [texts[b * width: (b + 1) * width] for b in range(len(tokens))]
-    if beams and isinstance(strategy, BeamSearch) and strategy.num_return > 1:
+    if beams and isinstance(search, BeamSearch) and search.num_return > 1:
         return rows
     return [row[0] for row in rows]

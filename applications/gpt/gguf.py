@@ -562,7 +562,7 @@ def generate_chat(model, tokenizer, messages, metadata, **generate_text_kwargs):
     Args:
         model, tokenizer, metadata: :func:`load_gguf`'s.
         messages: a non-empty list of {"role", "content"} dicts (the conversation so far, the user's turn last).
-        **generate_text_kwargs: :func:`~.generation.generate_text`'s (``max_new_tokens``, ``strategy``, ``seed``,
+        **generate_text_kwargs: :func:`~.generation.generate_text`'s (``max_new_tokens``, ``search``, ``seed``,
             ``stop_strings`` (``<|im_end|>`` is added), ``jit_compile``, ...).
 
     Returns:

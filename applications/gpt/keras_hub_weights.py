@@ -5,17 +5,44 @@ its weights gives the same function (the same logits, up to float rounding).
     model = from_keras_hub(backbone)                # a GPT with the backbone's sizes and weights
     copy_keras_hub_weights(backbone, model)         # or into a GPT built beforehand
 
-keras_hub is imported by the caller, not here: this module only reads the backbone's attributes and weights.
+keras_hub is imported by the caller, not here: this module is GPT's table for the shared copier
+(``core.formats.weights``).
 """
 
-from ..core.weights import copy_weights_by_path, renamed
+from ..core.formats import weights
 from .model import GPT, GPTConfig
 
+
+def _sizes(backbone):
+    return dict(
+        vocabulary_size=backbone.vocabulary_size, max_sequence_length=backbone.max_sequence_length,
+        num_layers=backbone.num_layers, num_heads=backbone.num_heads, hidden_dim=backbone.hidden_dim,
+        intermediate_dim=backbone.intermediate_dim, dropout=backbone.dropout,
+    )
+
+
+def _relative(weight, layer_name):
+    """The path of ``weight`` below the layer named ``layer_name`` (e.g. "token_embedding/embeddings")."""
+    parts = weight.path.split("/")
+    return "/".join(parts[parts.index(layer_name) + 1:]) if layer_name in parts else weight.path
+
+
+def _targets(model):
+    targets = {_relative(w, model.embedding.name): w for w in model.embedding.weights}
+    targets.update({_relative(w, model.decoder.name): w for w in model.decoder.weights})
+    return targets
+
+
 # keras-hub's paths -> ours, relative to the backbone and to our embedding / decoder layers.
-_RENAMES = (
-    ("transformer_layer_", "transformerdecoderblock_"),
-    ("feedforward_intermediate_dense", "feedforward/intermediate_dense"),
-    ("feedforward_output_dense", "feedforward/output_dense"),
+TABLE = weights.KerasHubTable(
+    renames=(
+        ("transformer_layer_", "transformerdecoderblock_"),
+        ("feedforward_intermediate_dense", "feedforward/intermediate_dense"),
+        ("feedforward_output_dense", "feedforward/output_dense"),
+        ("^layer_norm/", "final_layer_norm/"),  # the final LayerNorm
+    ),
+    sizes=_sizes,
+    targets=_targets,
 )
 
 
@@ -29,25 +56,7 @@ def from_keras_hub(backbone, **config):
     Returns:
         The :class:`GPT`.
     """
-    sizes = dict(
-        vocabulary_size=backbone.vocabulary_size, max_sequence_length=backbone.max_sequence_length,
-        num_layers=backbone.num_layers, num_heads=backbone.num_heads, hidden_dim=backbone.hidden_dim,
-        intermediate_dim=backbone.intermediate_dim, dropout=backbone.dropout,
-    )
-    return copy_keras_hub_weights(backbone, GPT(GPTConfig(**{**sizes, **config})))
-
-
-def _rename(path):
-    path = renamed(path, _RENAMES)
-    if path.startswith("layer_norm/"):  # the final LayerNorm
-        path = "final_layer_norm/" + path.split("/", 1)[1]
-    return path
-
-
-def _relative(weight, layer_name):
-    """The path of ``weight`` below the layer named ``layer_name`` (e.g. "token_embedding/embeddings")."""
-    parts = weight.path.split("/")
-    return "/".join(parts[parts.index(layer_name) + 1:]) if layer_name in parts else weight.path
+    return weights.from_keras_hub(backbone, lambda fields: GPT(GPTConfig(**fields)), TABLE, **config)
 
 
 def copy_keras_hub_weights(backbone, model):
@@ -64,7 +73,4 @@ def copy_keras_hub_weights(backbone, model):
     Raises:
         ValueError: naming the weights that are missing on either side or whose shapes differ.
     """
-    targets = {_relative(w, model.embedding.name): w for w in model.embedding.weights}
-    targets.update({_relative(w, model.decoder.name): w for w in model.decoder.weights})
-    copy_weights_by_path(backbone.weights, targets, _rename, source_name="backbone", target_name="model")
-    return model
+    return weights.copy_keras_hub_weights(backbone, model, TABLE)

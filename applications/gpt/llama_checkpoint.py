@@ -22,7 +22,7 @@ so q_proj and k_proj load unchanged.
                                                                        embed_tokens when tie_word_embeddings
 
 Rotary ``inv_freq`` buffers of older files are skipped (listed in ``info["ignored"]``). The safetensors files are read
-and written by :mod:`attnlayers.applications.core.safetensors` (NumPy alone).
+and written by :mod:`attnlayers.applications.core.formats.safetensors` (NumPy alone).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import os
 import numpy as np
 from keras import ops
 
-from ..core.files import replace_atomically
-from ..core.hf_config import hf_config_fields
-from ..core.safetensors import read_safetensors, write_safetensors
+from ..core.formats.hf_config import hf_config_fields
+from ..core.formats.safetensors import read_safetensors, write_safetensors
+from ..core.inputs.files import replace_atomically
 from .model import GPT, GPTConfig
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"

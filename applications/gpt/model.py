@@ -22,7 +22,7 @@
     logits (B, T, V)
 
 The generation contract shared by the applications (``GPT`` is a
-:class:`~attnlayers.applications.core.generation.GenerativeModel`; its ``generate`` is core's):
+:class:`~attnlayers.applications.core.generative.GenerativeModel`; its ``generate`` is core's):
 
 - ``initial_cache(token_ids, padding_mask, max_length)``: prefill, one forward pass over the prompt -> the key /
   value cache (B, num_layers, 2, max_length, num_key_value_heads, head_dim) (num_key_value_heads = num_heads in
@@ -30,8 +30,9 @@ The generation contract shared by the applications (``GPT`` is a
 - ``next(tokens, cache, index) -> (logits (B, V), cache)``: one cached step for
   :func:`attnlayers.decoding.generate` (the newest known token is ``tokens[:, index - 1]``).
 - ``generation_inputs(token_ids, padding_mask, max_length)`` -> the prompt, its mask and the prefilled cache:
-  what core's ``generate`` and the SavedModel export (``applications.core.export.export_generator``) decode from.
-- ``generate(token_ids, max_length, strategy, seed, ...)`` -> :class:`attnlayers.decoding.DecodeResult`.
+  what core's ``generate`` and the SavedModel export (``applications.core.formats.export.export_generator``)
+  decode from.
+- ``generate(token_ids, max_length, search, seed, ...)`` -> :class:`attnlayers.decoding.DecodeResult`.
 - special token ids as attributes: ``end_token_id``, ``pad_token_id`` (from the config; no start token).
 
 Sizes: ``GPTConfig.preset(name)`` for the GPT-2 sizes of :data:`GPT_PRESETS` (tiny, small, medium, large, xl);
@@ -42,7 +43,7 @@ Sizes: ``GPTConfig.preset(name)`` for the GPT-2 sizes of :data:`GPT_PRESETS` (ti
 Example:
 >>> model = GPT(GPTConfig.preset("small"))                                           # GPT-2 small, 124M
 >>> logits = model(token_ids, padding_mask=token_ids != model.pad_token_id)         # (B, T, 50257)
->>> model.generate(prompt_ids, max_length=64, strategy=Sampling(top_p=0.9), seed=1).tokens   # (B, 64)
+>>> model.generate(prompt_ids, max_length=64, search=Sampling(top_p=0.9), seed=1).tokens     # (B, 64)
 """
 
 import dataclasses
@@ -51,6 +52,7 @@ import keras
 from keras import ops
 
 from attnlayers.decoding import check_seed
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.positional import RotaryEmbedding
 from attnlayers.transformer import TransformerDecoder
@@ -65,7 +67,7 @@ from attnlayers.validation import (
     rate_in_unit_interval,
 )
 
-from ..core.generation import GenerativeModel, check_id_range, concrete_values
+from ..core.generative import GenerativeModel, check_id_range, concrete_values
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.gpt")
@@ -397,7 +399,8 @@ class GPT(GenerativeModel):
         return {"prompt": token_ids, "prompt_mask": padding_mask,
                 "cache": self.initial_cache(token_ids, padding_mask, max_length)}
 
-    def generate(self, token_ids, max_length=None, strategy="greedy", seed=None, *, padding_mask=None,
+    @renamed_keyword("strategy", "search")
+    def generate(self, token_ids, max_length=None, search="greedy", seed=None, *, padding_mask=None,
                  stop_token_ids="auto", max_new_tokens=None, stop_sequences=None):
         """Continues prompts with :func:`attnlayers.decoding.generate` over a prefilled cache (the shared
         ``GenerativeModel.generate``, under GPT's argument names).
@@ -406,8 +409,8 @@ class GPT(GenerativeModel):
             token_ids: int (B, P) prompts, right-padded (``padding_mask`` True at real tokens).
             max_length: L, the output length, prompt included (P <= L <= ``max_sequence_length``). Default
                 ``max_sequence_length``, or P + ``max_new_tokens`` when that is given and fits.
-            strategy: "greedy", "beam", "sample", "top_k", "top_p", "random" or an ``attnlayers.decoding``
-                strategy (``Sampling(temperature, top_k, top_p)``, ``BeamSearch(num_beams)``).
+            search: "greedy", "beam", "sample", "top_k", "top_p", "random" or an ``attnlayers.decoding``
+                search (``Sampling(temperature, top_k, top_p)``, ``BeamSearch(num_beams)``).
             seed: the sampling seed (an int or an integer tensor); the same seed gives the same tokens.
             padding_mask: None or bool (B, P).
             stop_token_ids: "auto" (``[end_token_id]``), None (never stop early) or a list of ids.
@@ -424,7 +427,7 @@ class GPT(GenerativeModel):
                 the caller chooses what to keep, e.g. ``token_ids[:, -max_sequence_length + n:]``), a row with no
                 token (an all-False ``padding_mask`` row or an empty prompt), a token id outside [0, V) (eager
                 values), a ``max_length`` outside [P, ``max_sequence_length``], a ``seed`` that is not an int or an
-                integer tensor, or unknown strategy settings.
+                integer tensor, or unknown search settings.
         """
         check_seed(seed)
         if token_ids is None:
@@ -452,7 +455,7 @@ class GPT(GenerativeModel):
                 mask = concrete_values(padding_mask)
                 shortest = width if mask is None or mask.ndim != 2 or not mask.size else int(mask.sum(axis=1).min())
                 max_new_tokens = min(max_new_tokens, max(int(max_length) - shortest, 1))
-        return super().generate(token_ids, max_length, strategy, seed, padding_mask=padding_mask,
+        return super().generate(token_ids, max_length, search, seed, padding_mask=padding_mask,
                                 stop_token_ids=stop_token_ids, max_new_tokens=max_new_tokens,
                                 stop_sequences=stop_sequences)
 

@@ -28,7 +28,7 @@ by \\x01, which RE2 classes the same, only to compute the offsets), so pre-token
 ``\\s`` is Unicode's White_Space, as in Python's ``regex`` and Hugging Face's ``tokenizers``. Pre-tokens equal to
 ``<|endoftext|>`` are split out first, so the text between two of them is pre-tokenized on its own (Hugging Face's
 added-token rule). The merge step calls one private method of keras-hub's tokenizer (keras-hub 0.32, pinned in
-pyproject.toml), through ``core.keras_fixes.bpe_merge_into_cache``: the constructor raises an ImportError naming
+pyproject.toml), through ``core.runs.keras_fixes.bpe_merge_into_cache``: the constructor raises an ImportError naming
 the version if it is gone, and the tests compare the ids with Hugging Face's. It is given each new word once
 (keras-hub passes every occurrence, and its merge loop costs words x longest word per merge step).
 
@@ -60,9 +60,9 @@ import tensorflow as tf
 
 from attnlayers.validation import is_int
 
-from ..core import keras_fixes
-from ..core.files import replace_atomically
-from ..core.token_lookup import TokenLookup
+from ..core.inputs.files import replace_atomically
+from ..core.inputs.token_lookup import TokenLookup
+from ..core.runs import keras_fixes
 from .checkpoint import MERGES_FILE, VOCABULARY_FILE
 
 END_OF_TEXT = "<|endoftext|>"
@@ -394,7 +394,7 @@ class GPT2Tokenizer(TokenLookup):
 
     def _merge(self, words):
         """(P,) pre-tokens -> their BPE ids, (P, None) int32: keras-hub's cached merge (what its ``tokenize`` does
-        after its own pre-tokenization; ``core.keras_fixes.bpe_merge_into_cache``)."""
+        after its own pre-tokenization; ``core.runs.keras_fixes.bpe_merge_into_cache``)."""
         bpe = self.bpe
         cached = bpe.cache.lookup(words)
         unseen = tf.equal(cached, "") & tf.not_equal(words, "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.viewer import AttentionViewer
 
 
@@ -29,7 +30,8 @@ def _labels(tokenizer, ids):
     return [t.decode("utf-8", "replace").replace("\n", "\\n").replace(" ", "\u00a0") for t in texts]
 
 
-def attention_viewer(model, tokenizer, prompt, path=None, *, max_new_tokens=20, strategy="greedy", seed=None,
+@renamed_keyword("strategy", "search")
+def attention_viewer(model, tokenizer, prompt, path=None, *, max_new_tokens=20, search="greedy", seed=None,
                      title=None):
     """Generates a continuation of ``prompt`` and shows the model's causal self-attention over the whole sequence
     (prompt and generated tokens), every layer and head, as an :class:`~attnlayers.viewer.AttentionViewer`.
@@ -40,7 +42,7 @@ def attention_viewer(model, tokenizer, prompt, path=None, *, max_new_tokens=20, 
         prompt: the text to continue (str, at least one token).
         path: where to write the page (None: not written).
         max_new_tokens: tokens to generate (0: the prompt alone).
-        strategy, seed: the decoding strategy and its seed (``model.generate``'s).
+        search, seed: the decoding search and its seed (``model.generate``'s).
         title: the page's title.
 
     Returns:
@@ -58,7 +60,7 @@ def attention_viewer(model, tokenizer, prompt, path=None, *, max_new_tokens=20, 
         raise ValueError(f"`prompt` is {ids.size} tokens long; it needs 1 to max_sequence_length={limit} tokens.")
     max_new_tokens = max(0, min(int(max_new_tokens), limit - ids.size))
     if max_new_tokens:
-        result = model.generate(ids[None], strategy=strategy, seed=seed, max_new_tokens=max_new_tokens)
+        result = model.generate(ids[None], search=search, seed=seed, max_new_tokens=max_new_tokens)
         tokens = np.asarray(result.tokens)
         tokens = tokens[:, 0] if tokens.ndim == 3 else tokens  # beam search: the best
         ids = tokens[0, : int(np.asarray(result.lengths).reshape(-1)[0])]

@@ -9,19 +9,19 @@
     vocabulary = tokenizers.source.vocabulary_size                   # shared: one vocabulary for both sides
     model, callbacks = nmt.build_recipe("transformer", vocabulary, vocabulary, shared_embeddings=True)  # its best
     model.fit(train, validation_data=..., epochs=10, callbacks=callbacks)  # learning rate, weight selection
-    bleu, _ = evaluate.evaluate_bleu(model, tokenizers, splits.test, strategy=BeamSearch(4))
-    export.export_translator("translator", model, tokenizers, strategy=BeamSearch(4))
+    bleu, _ = evaluate.evaluate_bleu(model, tokenizers, splits.test, search=BeamSearch(4))
+    export.export_translator("translator", model, tokenizers, search=BeamSearch(4))
 
 `nmt.synthetic_pairs()` is a made-up language pair with known word alignments for quick runs and tests;
 `nmt.synthetic_task()` splits it and builds its word-level tokenizers in one call.
-Modules: `data`, `tokenizer` (data), `model` (the five models), `recipes` (each model's training recipes,
+Modules: `data`, `tokenizer` (data), `model` (the five models), `variants` (each model's training variants,
 its best measured one the default: `build_recipe`), `evaluate` (translate, BLEU, alignments, heatmaps),
 `export` (translate SavedModel). The loss, metric, schedule and callbacks come from `applications.core`
 (re-exported here).
 """
 
-from ..core.callbacks import BestWeights, TimeBudget
 from ..core.lazy import lazy_attributes
+from ..core.training.callbacks import BestWeights, TimeBudget
 from .data import (
     DE_EN_PATH,
     Pairs,
@@ -51,7 +51,6 @@ from .model import (
     Translator,
     build_model,
 )
-from .recipes import DEFAULT_VARIANTS, RNN_VARIANTS, TRANSFORMER_VARIANTS, Variant, build_recipe, get_variant
 from .tokenizer import (
     END_ID,
     PAD_ID,
@@ -63,6 +62,7 @@ from .tokenizer import (
     build_tokenizers,
     train_sentencepiece,
 )
+from .variants import DEFAULT_VARIANTS, RNN_VARIANTS, TRANSFORMER_VARIANTS, Variant, build_recipe, get_variant
 
 __all__ = [
     "BestWeights",

@@ -1,6 +1,6 @@
 """Translating text with a trained model, corpus BLEU, and alignment pictures.
 
-    texts = translate(model, tokenizers, ["Ich habe keine Zeit."], strategy=BeamSearch(4))
+    texts = translate(model, tokenizers, ["Ich habe keine Zeit."], search=BeamSearch(4))
     bleu, hypotheses = evaluate_bleu(model, tokenizers, splits.test)         # sacrebleu, 0-100
     plot_alignment(model, tokenizers, source, reference, "alignment.png")     # Bahdanau et al. Fig. 3
 
@@ -16,11 +16,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from attnlayers.decoding import BeamSearch, get_strategy
-
+from attnlayers.decoding import BeamSearch, get_search
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.validation import non_negative_int, positive_int
 
-from ..core.bleu import corpus_bleu
+from ..core.evaluation.bleu import corpus_bleu
 from .tokenizer import END_ID, PAD_ID, START_ID
 
 
@@ -59,13 +59,13 @@ def _check_texts(texts):
     return texts
 
 
-def _decode_function(model, max_length, strategy, jit_compile):
+def _decode_function(model, max_length, search, jit_compile):
     if keras.backend.backend() != "tensorflow":  # JAX: generate runs its loop in ops.while_loop (compiled)
-        return lambda ids: model.generate(np.asarray(ids), max_length, strategy)
-    key = ("_nmt_decode", max_length, repr(strategy), jit_compile)
+        return lambda ids: model.generate(np.asarray(ids), max_length, search)
+    key = ("_nmt_decode", max_length, repr(search), jit_compile)
     cache = model.__dict__.setdefault("_nmt_decode_functions", {})
     if key not in cache:
-        cache[key] = tf.function(lambda ids: model.generate(ids, max_length, strategy), jit_compile=jit_compile,
+        cache[key] = tf.function(lambda ids: model.generate(ids, max_length, search), jit_compile=jit_compile,
                                  reduce_retracing=True)
     return cache[key]
 
@@ -88,23 +88,25 @@ def _special_ids(model):
     return dict(start_id=model.start_token_id, end_id=end, pad_id=model.pad_token_id)
 
 
-def translate_ids(model, source_ids, *, max_length=64, strategy="greedy", batch_size=100, jit_compile=False):
+@renamed_keyword("strategy", "search")
+def translate_ids(model, source_ids, *, max_length=64, search="greedy", batch_size=100, jit_compile=False):
     """Decodes (N, S) source ids in batches -> list of N lists of target ids (the best beam for beam search)."""
     batch_size = positive_int(batch_size, "batch_size")
     max_length = model.generation_length(max_length)  # a named error here, not from inside the tf.function
-    strategy = get_strategy(strategy)
-    decode = _decode_function(model, max_length, strategy, jit_compile)
+    search = get_search(search)
+    decode = _decode_function(model, max_length, search, jit_compile)
     special = _special_ids(model)
     results = []
     for start in range(0, len(source_ids), batch_size):
         tokens = np.asarray(decode(source_ids[start : start + batch_size]).tokens)
-        if isinstance(strategy, BeamSearch):
+        if isinstance(search, BeamSearch):
             tokens = tokens[:, 0]
         results.extend(strip_special(row, **special) for row in tokens)
     return results
 
 
-def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, strategy="greedy",
+@renamed_keyword("strategy", "search")
+def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, search="greedy",
               batch_size=100, warn_truncation=True, jit_compile=False):
     """Translates a list of strings.
 
@@ -126,7 +128,7 @@ def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, 
             f"(indices {which[:10]}{'...' if len(which) > 10 else ''}).",
             stacklevel=2,
         )
-    rows = translate_ids(model, ids, max_length=max_length, strategy=strategy, batch_size=batch_size,
+    rows = translate_ids(model, ids, max_length=max_length, search=search, batch_size=batch_size,
                          jit_compile=jit_compile)
     if not rows:
         return []
@@ -135,11 +137,12 @@ def translate(model, tokenizers, texts, *, max_source_length=64, max_length=64, 
     return ["" if not text.strip() else out.decode("utf-8") for text, out in zip(texts, decoded)]
 
 
-def evaluate_bleu(model, tokenizers, pairs, *, strategy="greedy", max_source_length=64, max_length=64,
+@renamed_keyword("strategy", "search")
+def evaluate_bleu(model, tokenizers, pairs, *, search="greedy", max_source_length=64, max_length=64,
                   batch_size=100):
     """Translates ``pairs.source`` and scores against ``pairs.target``: ``(bleu, hypotheses)``."""
     hypotheses = translate(model, tokenizers, list(pairs.source), max_source_length=max_source_length,
-                           max_length=max_length, strategy=strategy, batch_size=batch_size, warn_truncation=False)
+                           max_length=max_length, search=search, batch_size=batch_size, warn_truncation=False)
     return corpus_bleu(hypotheses, list(pairs.target)), hypotheses
 
 

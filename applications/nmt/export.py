@@ -1,12 +1,12 @@
 """The servable translator: a SavedModel with a ``translate`` signature, strings in and strings out.
 
-    export_translator("/tmp/translator", model, tokenizers, strategy=BeamSearch(4))
+    export_translator("/tmp/translator", model, tokenizers, search=BeamSearch(4))
     # anywhere with only TensorFlow:
     import tensorflow as tf, tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
     translator = tf.saved_model.load("/tmp/translator")
     translator.translate(tf.constant(["Ich habe keine Zeit."]))["translation"]
 
-The decoding is the library's one export path: ``applications.core.export.export_generator`` (on
+The decoding is the library's one export path: ``applications.core.formats.export.export_generator`` (on
 :func:`attnlayers.export.export_generate`) exports the model's encoder + decoding loop (greedy / beam /
 sampling, XLA-compiled); this module adds the text around it: SentencePiece tokenization of the source
 (tensorflow-text), detokenization of the best hypothesis with the target tokenizer, and the flags below. The
@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from attnlayers.decoding import BeamSearch, get_strategy
+from attnlayers.decoding import BeamSearch, get_search
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.export import assert_rank
 
-from ..core.export import export_generator
+from ..core.formats.export import export_generator
 
 
 class _Translator(tf.Module):
@@ -37,7 +38,8 @@ class _Translator(tf.Module):
         self.target_tokenizer = tokenizers.target
 
 
-def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_length=64, max_length=64,
+@renamed_keyword("strategy", "search")
+def export_translator(path, model, tokenizers, *, search="greedy", max_source_length=64, max_length=64,
                       jit_compile=True):
     """Writes a SavedModel whose ``translate`` signature translates a batch of strings.
 
@@ -45,14 +47,14 @@ def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_
         path: the SavedModel directory.
         model: a trained ``attnlayers.applications.nmt.model.Translator`` (any of the five models).
         tokenizers: its ``Tokenizers`` (source and target ``SubwordTokenizer``).
-        strategy: decoding: "greedy", ``BeamSearch(k, alpha=...)`` (the best of the k beams is returned), or
-            a sampling strategy (then the signature takes an int32 ``seed`` too).
+        search: decoding: "greedy", ``BeamSearch(k, alpha=...)`` (the best of the k beams is returned), or
+            a sampling search (then the signature takes an int32 ``seed`` too).
         max_source_length: source pieces kept (longer inputs are truncated and flagged).
         max_length: the longest translation in pieces, [START] and [END] included.
         jit_compile: compile the encoder + decoding loop with XLA.
 
     Signature ``translate`` (``loaded.signatures["translate"](text=...)`` or ``loaded.translate(text)``):
-        inputs: ``text`` string (B,); ``seed`` int32 () for sampling strategies. A ``text`` of another rank (a
+        inputs: ``text`` string (B,); ``seed`` int32 () for sampling searches. A ``text`` of another rank (a
             scalar string, which ``signatures[...]`` let through) fails an assertion naming ``text`` and the shape
             (batch,); a wrong dtype is refused by TensorFlow before the graph runs.
         outputs: ``translation`` string (B,); ``token_ids`` int32 (B, max_length) (the target pieces, [START]
@@ -66,13 +68,13 @@ def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_
 
     if keras.backend.backend() != "tensorflow":
         raise ValueError(f"export_translator needs the TensorFlow backend; received {keras.backend.backend()!r}.")
-    strategy = get_strategy(strategy)
-    beam = isinstance(strategy, BeamSearch)
+    search = get_search(search)
+    beam = isinstance(search, BeamSearch)
     start, pad = model.start_token_id, model.pad_token_id
     stops = list(model.stop_token_ids) + [pad]
     # The decoding loop, from token ids (padded and truncated to max_source_length) to token ids: built, not
     # saved on its own; it is saved once, inside the translator.
-    generator = export_generator(None, model, max_length, strategy, input_length=max_source_length,
+    generator = export_generator(None, model, max_length, search, input_length=max_source_length,
                                  jit_compile=jit_compile)
     module = _Translator(generator, tokenizers)
 
@@ -101,7 +103,7 @@ def export_translator(path, model, tokenizers, *, strategy="greedy", max_source_
 
     # Named parameters (no *args): the module and the loaded SavedModel take keyword arguments too.
     text_spec = tf.TensorSpec((None,), tf.string, name="text")
-    if strategy.stochastic:
+    if search.stochastic:
         def serve(text, seed):
             return translate(text, seed)
 

@@ -8,7 +8,7 @@ them alike:
 - ``model.initial_cache(source_ids, max_length=None)`` -> a nest of tensors (batch on axis 0): the encoded
   source and the decoder's starting state; ``model.next(tokens, cache, index)`` -> (logits (B, V), cache): one
   decoder step in the ``attnlayers.decoding.generate`` convention.
-- ``model.generate(source_ids, max_length, strategy, seed)`` -> ``DecodeResult``: greedy / beam / sampling
+- ``model.generate(source_ids, max_length, search, seed)`` -> ``DecodeResult``: greedy / beam / sampling
   (the generation contract of ``applications.core``: :class:`~attnlayers.applications.core.Seq2SeqGenerator`).
 - ``model.attention_maps(source_ids, target_in_ids)``: the alignment weights, (B, T, S) for the RNN models
   and a per-layer list of (B, heads, T, S) cross-attention maps for the Transformer.
@@ -38,10 +38,10 @@ from attnlayers import masking
 from attnlayers.scheduled_sampling import get_sampler
 from attnlayers.validation import check_divisible, format_shape
 
-from ..core.generation import Seq2SeqGenerator, check_id_range, check_token_ids
-from ..core.losses import MaskedCrossEntropy
-from ..core.metrics import MaskedAccuracy
-from ..core.schedules import TransformerSchedule
+from ..core.generative import Seq2SeqGenerator, check_id_range, check_token_ids
+from ..core.training.losses import MaskedCrossEntropy
+from ..core.training.metrics import MaskedAccuracy
+from ..core.training.schedules import TransformerSchedule
 from .tokenizer import END_ID, PAD_ID, START_ID
 
 MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.viewer import AttentionViewer
 
 from . import evaluate
@@ -45,11 +46,12 @@ def attention_maps(model, source_ids, target_in_ids):
     }
 
 
-def attention_viewer(model, tokenizers, source, path=None, *, target=None, max_length=64, strategy="greedy",
+@renamed_keyword("strategy", "search")
+def attention_viewer(model, tokenizers, source, path=None, *, target=None, max_length=64, search="greedy",
                      title=None):
     """The attention of ``model`` translating ``source`` as an :class:`~attnlayers.viewer.AttentionViewer`.
 
-    ``source`` is translated (``strategy``, greedy by default) unless ``target`` is given; the maps are then read
+    ``source`` is translated (``search``, greedy by default) unless ``target`` is given; the maps are then read
     under teacher forcing on the pair, as :func:`evaluate.alignment` reads them: the RNN models' alignment (T, S)
     (the matrix view, Bahdanau et al. 2015, Fig. 3); the Transformer's encoder self-attention, decoder
     self-attention and cross-attention, every layer and head. Cross-attention rows are the predicted pieces (the
@@ -62,7 +64,7 @@ def attention_viewer(model, tokenizers, source, path=None, *, target=None, max_l
         path: where to write the page (None: not written).
         target: the target sentence to force (default: the model's own translation).
         max_length: source and target are cut at this many pieces.
-        strategy: the decoding strategy for the translation.
+        search: the decoding search for the translation.
         title: the page's title (default: the model's name and the sentence pair).
 
     Returns:
@@ -75,7 +77,7 @@ def attention_viewer(model, tokenizers, source, path=None, *, target=None, max_l
         raise ValueError(f"`source` must be one sentence (a str); received {type(source).__name__}.")
     if target is None:
         target = evaluate.translate(model, tokenizers, [source], max_source_length=max_length, max_length=max_length,
-                                    strategy=strategy, warn_truncation=False)[0]
+                                    search=search, warn_truncation=False)[0]
     source_ids = tokenizers.source.tokenize(tf.constant([source]))[:, :max_length].to_tensor()
     target_ids = tokenizers.target.tokenize(tf.constant([target]))[:, : max_length - 1].to_tensor()
     target_in = tf.concat([tf.fill([1, 1], model.start_token_id), tf.cast(target_ids, tf.int32)], axis=1)

@@ -10,7 +10,7 @@
 Modules: `model` (ViTConfig with the named sizes of VIT_PRESETS and their closed-form parameter_count, ViT),
 `keras_hub_weights` (a ViT from a keras-hub ViTBackbone: same sizes, same weights), `cnn` (ConvNet, the
 convolutional baseline of about the same size), `data` (scikit-learn's digits, the generated scenes' two questions
-about the triangle, random-shift batches), `recipes` (TrainingSettings, run_training: the recipe of
+about the triangle, random-shift batches), `runs` (TrainingSettings, run_training: the run of
 examples/train_vit.py), `viewer` (attention_viewer: the interactive HTML page) and `export` (export_classifier: a
 SavedModel, uint8 images in, class probabilities out; TensorFlow, imported on first use).
 The SAGAN self-attention block for CNNs is a layer: ``attnlayers.SelfAttention2D``.

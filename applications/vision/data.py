@@ -2,9 +2,9 @@
 
 - :func:`digits`: scikit-learn's handwritten digits (1,797 real 8 x 8 gray images, 10 classes, pixel values
   0..16; ``sklearn.datasets.load_digits``, shipped inside the package), split at random by seed.
-- :func:`triangle_colours`: generated scenes (applications/core/scenes.py) of 2 to 4 coloured shapes, exactly one of
-  them a triangle; the class is the triangle's colour (5 classes). The answer needs the right object: the other
-  objects have colours too, drawn the same way.
+- :func:`triangle_colours`: generated scenes (applications/core/inputs/scene_images.py) of 2 to 4 coloured shapes,
+  exactly one of them a triangle; the class is the triangle's colour (5 classes). The answer needs the right object:
+  the other objects have colours too, drawn the same way.
 - :func:`triangle_colour_shared`: the same scenes, and the question "does another shape have the triangle's
   colour?" (yes / no, balanced): a relation between two objects anywhere in the image.
 - :class:`ShiftedBatches`: shuffled batches with random translations of up to ``shift`` pixels (zero fill), the
@@ -22,7 +22,8 @@ import numpy as np
 
 from attnlayers.validation import non_negative_int, positive_int
 
-from ..core.data_order import current_epoch
+from ..core.inputs.data_order import current_epoch
+from ..core.inputs.splits import split_items
 
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
 TRIANGLE_SHAPE = "triangle"
@@ -43,16 +44,18 @@ class ImageSplits:
 
 
 def split_indices(count, seed, validation_fraction, test_fraction):
-    """A random split of ``range(count)`` into (train, validation, test) index arrays (by ``seed``)."""
+    """A random split of ``range(count)`` into (train, validation, test) index arrays, each sorted
+    (``core.inputs.splits.split_items`` with ``numpy.random.default_rng(seed)``: the test part first, then
+    validation)."""
     for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
         if not 0 <= value < 1:
             raise ValueError(f"`{name}` must be in [0, 1); received {value!r}.")
     if validation_fraction + test_fraction >= 1:
         raise ValueError(f"`validation_fraction` + `test_fraction` must leave training examples; received "
                          f"{validation_fraction} + {test_fraction}.")
-    order = np.random.default_rng(seed).permutation(count)
-    n_test, n_validation = round(count * test_fraction), round(count * validation_fraction)
-    return order[n_test + n_validation:], order[n_test:n_test + n_validation], order[:n_test]
+    sizes = [round(count * test_fraction), round(count * validation_fraction)]
+    test, validation, train = split_items(range(count), sizes, np.random.default_rng(seed))
+    return np.array(train, np.int64), np.array(validation, np.int64), np.array(test, np.int64)
 
 
 def digits(seed=0, validation_fraction=0.1, test_fraction=0.2):
@@ -72,7 +75,7 @@ def digits(seed=0, validation_fraction=0.1, test_fraction=0.2):
 def _one_triangle(py_rng, count):
     """(shape, colour, size) of `count` objects: one triangle at a random place in the list, the others of the
     other shapes; colours and sizes uniform."""
-    from ..core.scenes import COLOURS, SHAPES, SIZES
+    from ..core.inputs.scene_images import COLOURS, SHAPES, SIZES
 
     others = [s for s in SHAPES if s != TRIANGLE_SHAPE]
     target = py_rng.randrange(count)
@@ -82,7 +85,7 @@ def _one_triangle(py_rng, count):
 
 def _one_triangle_shared(py_rng, count):
     """As :func:`_one_triangle`, and with probability 1/2 another object of the triangle's colour, else none."""
-    from ..core.scenes import COLOURS
+    from ..core.inputs.scene_images import COLOURS
 
     objects = _one_triangle(py_rng, count)
     target = next(i for i, o in enumerate(objects) if o[0] == TRIANGLE_SHAPE)
@@ -103,7 +106,7 @@ def _one_triangle_shared(py_rng, count):
 def _scene_splits(num_train, num_validation, num_test, image_size, min_objects, max_objects, seed, attributes,
                   label, name):
     """(images in [0, 1], labels) for the three splits, each drawn with its own seed."""
-    from ..core.scenes import draw_scenes
+    from ..core.inputs.scene_images import draw_scenes
 
     splits = []
     for index, count in enumerate((num_train, num_validation, num_test)):
@@ -142,9 +145,10 @@ def triangle_colours(num_train=20000, num_validation=1000, num_test=2000, *, ima
 
     Each image holds ``min_objects`` to ``max_objects`` shapes (circles, squares, triangles, crosses in five
     colours, two sizes, anywhere), exactly one of them a triangle; its label is the triangle's colour, one of
-    ``COLOURS`` (applications/core/scenes.py). The splits are drawn with their own seeds, so no image repeats.
+    ``COLOURS`` (applications/core/inputs/scene_images.py). The splits are drawn with their own seeds, so no image
+    repeats.
     """
-    from ..core.scenes import COLOURS
+    from ..core.inputs.scene_images import COLOURS
 
     class_names = tuple(COLOURS)
     return ImageSplits(*_scene_splits(num_train, num_validation, num_test, image_size, min_objects, max_objects, seed,
@@ -165,8 +169,8 @@ def random_shift(images, shift, rng):
 class ShiftedBatches(keras.utils.PyDataset):
     """Batches of (images, labels), reshuffled each epoch, each image randomly shifted (:func:`random_shift`).
 
-    Epoch e's order is a pure function of (seed, e) and batch i's shifts of (seed, e, i) (``core.data_order``: the
-    epoch is ``fit``'s), so a run resumed at epoch e draws the batches an uninterrupted one drew.
+    Epoch e's order is a pure function of (seed, e) and batch i's shifts of (seed, e, i) (``core.inputs.data_order``:
+    the epoch is ``fit``'s), so a run resumed at epoch e draws the batches an uninterrupted one drew.
 
     Args:
         images: float32 (N, H, W, C). labels: int (N,).

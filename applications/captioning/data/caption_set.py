@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...core.scenes import SceneObject  # re-exported: the objects of a generated scene
+from ...core.inputs.scene_images import SceneObject  # re-exported: the objects of a generated scene
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ import numpy as np
 
 from attnlayers.validation import is_int, positive_int
 
-from ...core import data_order
+from ...core.inputs import data_order
 from .caption_set import CaptionSet
 from .vocabulary import CaptionVocabulary
 
@@ -209,7 +209,7 @@ def make_dataset(
         def load(path):
             return _load_file(tf, path, image_size)
 
-    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.data_order).
+    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.inputs.data_order).
     ds = data_order.shuffled_slices((sources, caption_in, caption_out), seed, shuffle=shuffle)
     ds = ds.map(lambda s, ci, co: ((load(s), ci), co), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

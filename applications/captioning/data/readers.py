@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from ...core.files import read_lines
+from ...core.inputs.files import read_lines
 from .caption_set import CaptionSet, CaptionSplits
 
 FLICKR8K_TOKEN_FILE = "Flickr8k.token.txt"

@@ -13,7 +13,7 @@ import numpy as np
 
 from attnlayers.validation import non_negative_int, one_of
 
-from ...core.scenes import COLOURS, SHAPES, SIZES, SceneObject, centre, draw_scenes, object_sizes
+from ...core.inputs.scene_images import COLOURS, SHAPES, SIZES, SceneObject, centre, draw_scenes, object_sizes
 from .caption_set import CaptionSet, CaptionSplits
 
 RELATIONS = ("beside", "above", "below")
@@ -67,8 +67,8 @@ def describe_scene(objects: list) -> tuple:
 def make_scenes(
     num_images: int, *, image_size: int = 64, min_objects: int = 1, max_objects: int = 4, seed: int = 0
 ) -> CaptionSet:
-    """Generates captioned scenes (docs/captioning-data.md): `applications.core.scenes.draw_scenes`' images, each
-    object of a uniformly drawn shape, colour and size, captioned by `describe_scene`.
+    """Generates captioned scenes (docs/captioning-data.md): `applications.core.inputs.scene_images.draw_scenes`'
+    images, each object of a uniformly drawn shape, colour and size, captioned by `describe_scene`.
 
     Args:
         num_images, image_size, min_objects, max_objects, seed: as `draw_scenes` (image_size >= 16; the same seed

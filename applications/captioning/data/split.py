@@ -10,7 +10,7 @@ import numpy as np
 
 from attnlayers.validation import non_negative_int
 
-from ...core.splits import split_items
+from ...core.inputs.splits import split_items
 from .caption_set import CaptionSet, CaptionSplits
 from .readers import read_coco, read_flickr8k
 from .scenes import load_scenes

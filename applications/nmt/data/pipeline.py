@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from attnlayers.validation import is_int, positive_int
 
-from ...core import data_order
+from ...core.inputs import data_order
 from ..tokenizer import END_ID, PAD_ID, START_ID
 from .pairs import Pairs
 
@@ -153,7 +153,7 @@ def make_dataset(
     source, target_in, target_out = _encode(pairs, tokenizers, max_source_length, max_target_length)
     # Rows of a ragged tensor come out as rank-1 RaggedTensorSpecs; a map turns them into plain tensors,
     # which padded_batch / bucket_by_sequence_length need.
-    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.data_order).
+    # Shuffled: epoch e in (seed, e)'s order, whichever process draws it (core.inputs.data_order).
     ds = data_order.shuffled_slices((source, target_in, target_out), seed, shuffle=shuffle and len(pairs) > 0)
     ds = ds.map(lambda s, ti, to: (s, ti, to))
     pad = tf.constant(PAD_ID, tf.int32)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 
-from ...core.files import read_lines
+from ...core.inputs.files import read_lines
 from .pairs import Pairs
 
 _SHOWN_LINES = 5  # malformed line numbers listed in an error

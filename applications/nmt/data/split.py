@@ -7,7 +7,7 @@ import random
 
 from attnlayers.validation import non_negative_int
 
-from ...core.splits import split_groups
+from ...core.inputs.splits import split_groups
 from .pairs import Pairs, Splits
 
 

@@ -54,12 +54,12 @@ def runtime_from_args(args):
 
 
 def start_runtime(args):
-    """The ``tf.distribute`` strategy (under JAX: the ``distribution.JaxRuntime``) and precision of ``--strategy`` /
+    """The ``tf.distribute`` strategy (under JAX: the ``runtime.JaxRuntime``) and precision of ``--strategy`` /
     ``--precision`` (``runtime_from_args``, before any other TensorFlow op), then the seed ``args.seed``; a value the
     runtime refuses, or a ``--batch-size`` that does not split over JAX's devices, is a UsageError."""
     import keras
 
-    from .distribution import check_batch_size
+    from .replicas import check_batch_size
 
     try:
         strategy = runtime_from_args(args)
@@ -79,7 +79,7 @@ def load_corpus(corpus, read_text_documents, *, seed=0):
     package or file, an unreadable file, another value) raise a one-line :class:`UsageError`."""
     import os
 
-    from . import corpora
+    from ..inputs import corpora
 
     parts = corpus.split("+")
     for part in parts:  # every part checked before any is read: a typo costs no corpus read

@@ -10,16 +10,16 @@
     )
 
 Each phase is timed. At the end one summary says how long training ran and whether the time budget
-(:class:`~attnlayers.applications.core.callbacks.TimeBudget`, which bounds training only) stopped it and where
+(:class:`~attnlayers.applications.core.training.callbacks.TimeBudget`, which bounds training only) stopped it and where
 (the epoch, the steps run of how many, mid-epoch or not), which weights were kept
-(:class:`~attnlayers.applications.core.callbacks.BestWeights`), and how long evaluation, pictures and export
+(:class:`~attnlayers.applications.core.training.callbacks.BestWeights`), and how long evaluation, pictures and export
 took; everything goes to ``out_dir/results.json``.
 
-A run resumed from its backup (:class:`~attnlayers.applications.core.backup.BackupAndRestore`) says where it
+A run resumed from its backup (:class:`~attnlayers.applications.core.training.backup.BackupAndRestore`) says where it
 resumed, its time budget and learning-rate schedule count the seconds before the interruption, and its results
 cover every run of the training (epochs, history, seconds in all). Under a multi-worker strategy every worker
 trains and takes part in evaluation (keras' ``evaluate`` and ``predict`` are collective there); only the chief
-(:func:`~attnlayers.applications.core.distribution.is_chief`) prints the evaluation, draws, exports and writes
+(:func:`~attnlayers.applications.core.runs.replicas.is_chief`) prints the evaluation, draws, exports and writes
 ``results.json``.
 """
 
@@ -35,11 +35,11 @@ import warnings
 import keras
 import numpy as np
 
-from .backup import BackupAndRestore
-from .callbacks import BestWeights, ProgressLog, StepCounter, TimeBudget
+from ..inputs.data_order import DataEpoch
+from ..training.backup import BackupAndRestore
+from ..training.callbacks import BestWeights, ProgressLog, StepCounter, TimeBudget
 from .cli import UNBOUNDED_EPOCHS
-from .data_order import DataEpoch
-from .distribution import is_chief
+from .replicas import is_chief
 
 
 def _find(callbacks, kind):
@@ -192,8 +192,9 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
         train: the training data (a ``tf.data.Dataset`` of ``(x, y)`` batches, or anything ``fit`` takes).
         validation: ``fit``'s ``validation_data``.
         epochs: most passes over ``train`` (a :class:`TimeBudget` among ``callbacks`` may stop earlier).
-        callbacks: the callbacks for ``fit`` (e.g. :func:`~attnlayers.applications.core.callbacks.standard_callbacks`);
-            a :class:`TimeBudget` and a :class:`BestWeights` among them are reported on.
+        callbacks: the callbacks for ``fit`` (e.g.
+            :func:`~attnlayers.applications.core.training.callbacks.standard_callbacks`); a :class:`TimeBudget` and a
+            :class:`BestWeights` among them are reported on.
         evaluate: ``evaluate(model) -> dict`` of results (merged into the result), or None.
         pictures: ``pictures(model, out_dir) -> list of paths``, or None.
         export: ``export(model, out_dir) -> path`` (or a dict), or None.
@@ -225,7 +226,7 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
     if counter is None:
         counter = StepCounter()
         callbacks.append(counter)
-    if _find(callbacks, DataEpoch) is None:  # the pipelines draw epoch e in (seed, e)'s order (core.data_order)
+    if _find(callbacks, DataEpoch) is None:  # the pipelines draw epoch e in (seed, e)'s order (core.inputs.data_order)
         callbacks.insert(0, DataEpoch())
     best = _find(callbacks, BestWeights)
     backup = _find(callbacks, BackupAndRestore)
@@ -253,8 +254,9 @@ def run_recipe(model, train, *, validation=None, epochs=1, callbacks=(), evaluat
 
     fit_kwargs = dict(fit_kwargs or {})
     if _is_dataset(train) or isinstance(train, keras.utils.PyDataset):
-        # The pipeline shuffles (core.data_order: in an order a resumed run draws again); fit's default shuffle=True
-        # only warns for a tf.data.Dataset, and reorders a PyDataset's batches with Python's global generator.
+        # The pipeline shuffles (core.inputs.data_order: in an order a resumed run draws again); fit's default
+        # shuffle=True only warns for a tf.data.Dataset, and reorders a PyDataset's batches with Python's global
+        # generator.
         fit_kwargs.setdefault("shuffle", False)
     with warnings.catch_warnings():
         if "steps_per_epoch" not in fit_kwargs:  # the data's end is the epoch's end: keras warns of it needlessly

@@ -1,6 +1,6 @@
 """A ``keras.callbacks.BackupAndRestore`` whose backup survives a kill at any instant and which resumes an
 interrupted epoch where it stopped: the drop-in :class:`BackupAndRestore` that
-:func:`~attnlayers.applications.core.callbacks.standard_callbacks` trains with.
+:func:`~attnlayers.applications.core.training.callbacks.standard_callbacks` trains with.
 
     callback = BackupAndRestore("artifacts/run/backup", save_freq=50)   # every 50 batches (or "epoch")
     model.fit(train, epochs=10, callbacks=[callback])                  # killed? run the same fit again
@@ -30,7 +30,7 @@ docs/training-at-scale.md, "A worker dies". The behaviour:
   resumed epoch) the running metrics come back, fit starts at epoch ``e``, and the first ``s`` batches of epoch ``e``
   are drawn from the data and dropped without training (the model's train function is swapped for one that only
   advances the iterator; TensorFlow and JAX), so every batch trains exactly once and, with deterministic ops and
-  data whose epoch ``e`` comes in the same order in a new process (``core.data_order``, which every application's
+  data whose epoch ``e`` comes in the same order in a new process (``core.inputs.data_order``, which every application's
   pipelines use), the resumed run ends with the weights, the metrics and the kept best weights of an uninterrupted
   one. (Data reshuffled every pass, as ``fit`` does to arrays or ``shuffle(..., reshuffle_each_iteration=True)``
   does, comes in another order in a new process: the resumed run is then as good as another shuffle, not the same
@@ -59,8 +59,8 @@ import numpy as np
 
 from attnlayers.validation import positive_number
 
-from . import keras_fixes
-from .distribution import from_chief, is_chief, is_multi_worker
+from ..runs import keras_fixes
+from ..runs.replicas import from_chief, is_chief, is_multi_worker
 
 POINTER = "backup.json"
 _CLOCK_STEPS = 10  # under multi-worker training, how often the chief's clock is asked whether a backup is due

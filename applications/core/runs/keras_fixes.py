@@ -1,7 +1,7 @@
 """The three places where Keras 3's TensorFlow trainer and optimizer fail, or train differently from one device,
 under a ``tf.distribute`` strategy of more than one replica; each replaced by a named fix, installed explicitly.
 
-    from attnlayers.applications.core import keras_fixes
+    from attnlayers.applications.core.runs import keras_fixes
     keras_fixes.apply_distribution_fixes()        # runtime.make_strategy calls it for every strategy but the default
     with keras_fixes.without("clip_after_all_reduce"):
         ...                                        # Keras as shipped, for a block (the tests)
@@ -37,7 +37,7 @@ versions it is known to work on in :data:`PRIVATE_USES`, and checks that the nam
 ImportError says which use, which version, and what to install):
 
 - :func:`set_initial_epoch`: the epoch a running ``fit`` starts from, set by a callback's ``on_train_begin``
-  (``core.backup.BackupAndRestore`` resuming);
+  (``core.training.backup.BackupAndRestore`` resuming);
 - :func:`bpe_merge_into_cache`: keras-hub's byte-pair merge step alone, after the package's own pre-tokenization
   (``gpt.tokenizer.GPT2Tokenizer``, the GGUF tokenizers).
 """

@@ -15,10 +15,10 @@ Strategies:
 - ``mirrored``: ``tf.distribute.MirroredStrategy`` over every local GPU, or over the logical CPU devices when
   there is no GPU (one CPU device unless the process configured several, as the tests do).
 - ``multi-worker``: ``tf.distribute.MultiWorkerMirroredStrategy``; every worker runs the same command with the
-  environment variable ``TF_CONFIG`` describing the cluster and its own index (``core.launch.launch_workers``
+  environment variable ``TF_CONFIG`` describing the cluster and its own index (``core.runs.launch.launch_workers``
   starts N local workers with theirs). Create it first thing in the program, before any other TensorFlow op.
   Keras 3's ``Model.fit`` fails under this strategy as shipped; :func:`make_strategy` installs the fixes of
-  ``core.keras_fixes``.
+  ``core.runs.keras_fixes``.
 - ``tpu``: ``tf.distribute.TPUStrategy`` through ``TPUClusterResolver(tpu=...)`` (a Cloud TPU name or
   ``grpc://`` address; "" or "local" for a TPU VM). Data must have static shapes there
   (``make_dataset(..., pad_to_max_length=True, drop_remainder=True)`` in the NMT application).
@@ -28,9 +28,24 @@ Strategies:
 
 ``multi-worker`` and ``tpu`` raise a ValueError saying so where no cluster or TPU exists.
 
-Under ``KERAS_BACKEND=jax`` the strategies are ``none`` and ``data-parallel`` only (``distribution.jax_runtime``,
-which returns a ``distribution.JaxRuntime`` in place of the strategy: ``scope()``, ``num_replicas_in_sync``); a
-``tf.distribute`` name raises a ValueError naming ``data-parallel``.
+Under ``KERAS_BACKEND=jax`` the strategies are ``none`` and ``data-parallel`` only (:func:`jax_runtime`, which
+returns a :class:`JaxRuntime` in place of the strategy: ``scope()``, ``num_replicas_in_sync``); a
+``tf.distribute`` name (mirrored, multi-worker, tpu) raises a ValueError naming ``data-parallel``:
+
+    runtime = jax_runtime("data-parallel")   # keras.distribution.set_distribution(DataParallel(all local devices))
+    with runtime.scope():                    # what the recipes do with a tf.distribute strategy
+        model = build_model(...)             # built after set_distribution: variables replicated on every device
+    model.fit(dataset, ...)                  # each global batch is split evenly over the devices
+
+Strategies under ``KERAS_BACKEND=jax`` (:data:`JAX_STRATEGIES`):
+
+- ``none``: one device, JAX's default (the first GPU, else the CPU).
+- ``data-parallel``: ``keras.distribution.DataParallel`` over ``keras.distribution.list_devices()`` (every local GPU,
+  else the CPU devices: one unless ``XLA_FLAGS=--xla_force_host_platform_device_count=N``), set globally with
+  ``keras.distribution.set_distribution`` before any model is built. The trainer compiles each step with XLA and
+  shards every batch along its first axis, so each batch must split evenly over the devices: ``--batch-size`` a
+  multiple of the device count, and the datasets batch with ``drop_remainder=True`` (``static_shapes``
+  says so for every JAX runtime; fixed shapes also keep XLA from compiling the step again for a new shape).
 
 Precisions (Keras dtype policies, Micikevicius et al. 2018): ``float32``; ``mixed_float16`` (float16
 compute, float32 variables, dynamic loss scaling added by ``Model.compile``; for GPUs); ``mixed_bfloat16``
@@ -42,6 +57,7 @@ TensorFlow is imported when a strategy is built, not when this module is importe
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import keras
@@ -61,11 +77,9 @@ def canonical_strategy(text):
     return _ALIASES.get(text, text)
 
 
-
-
 def make_strategy(name="none", *, tpu=None, devices=None):
     """The ``tf.distribute.Strategy`` named ``name`` (one of :data:`STRATEGIES`); under the JAX backend the
-    :class:`~attnlayers.applications.core.distribution.JaxRuntime` of ``distribution.jax_runtime(name)``.
+    :class:`JaxRuntime` of :func:`jax_runtime`.
 
     Args:
         name: "none", "data-parallel" (= "mirrored" under TensorFlow), "mirrored", "multi-worker" or "tpu".
@@ -78,8 +92,6 @@ def make_strategy(name="none", *, tpu=None, devices=None):
     """
     name = one_of(canonical_strategy(name), "strategy", STRATEGIES)
     if keras.backend.backend() == "jax":  # keras.distribution, not tf.distribute
-        from .distribution import jax_runtime
-
         return jax_runtime(name, devices)
 
     import tensorflow as tf
@@ -115,6 +127,68 @@ def make_strategy(name="none", *, tpu=None, devices=None):
     return tf.distribute.TPUStrategy(resolver)
 
 
+JAX_STRATEGIES = ("none", "data-parallel")
+
+
+class JaxRuntime:
+    """The part of a ``tf.distribute.Strategy`` that the recipes and example scripts use, for the JAX backend:
+    ``scope()`` (the distribution's scope, or nothing), ``num_replicas_in_sync`` (the devices a batch is split over)
+    and ``cluster_resolver`` (None: one process, so it is the chief).
+
+    Attributes:
+        name: "none" or "data-parallel".
+        distribution: the ``keras.distribution.DataParallel`` (set globally), or None.
+        devices: the devices the batches are split over (one for "none").
+    """
+
+    cluster_resolver = None
+
+    def __init__(self, name, distribution=None, devices=()):
+        self.name, self.distribution, self.devices = name, distribution, list(devices)
+
+    @property
+    def num_replicas_in_sync(self):
+        return max(len(self.devices), 1)
+
+    @property
+    def runtime_name(self):
+        """For :func:`describe_runtime`: "JAX DataParallel (gpu)" or "JAX, one device"."""
+        if self.distribution is None:
+            return "JAX, one device"
+        kinds = sorted({str(d).split(":")[0] for d in self.devices})
+        return f"JAX DataParallel ({', '.join(kinds)})"
+
+    def scope(self):
+        return self.distribution.scope() if self.distribution is not None else contextlib.nullcontext()
+
+    def __repr__(self):
+        return f"JaxRuntime({self.name!r}, devices={self.devices})"
+
+
+def jax_runtime(name="none", devices=None):
+    """Sets up ``--strategy name`` under the JAX backend (see the module docstring); returns a :class:`JaxRuntime`.
+
+    Args:
+        name: "none" or "data-parallel".
+        devices: for "data-parallel", the devices (``keras.distribution.list_devices()`` names; default all local).
+
+    Raises:
+        ValueError: a ``tf.distribute`` strategy name or another unknown name.
+    """
+    if name not in JAX_STRATEGIES:
+        raise ValueError(
+            f"strategy {name!r} is a tf.distribute strategy: it needs KERAS_BACKEND=tensorflow. Under "
+            f"KERAS_BACKEND={keras.backend.backend()} use --strategy data-parallel (keras.distribution.DataParallel "
+            "over every local device) or none (one device)."
+        )
+    if name == "none":
+        return JaxRuntime(name, devices=keras.distribution.list_devices()[:1])
+    devices = list(devices) if devices is not None else keras.distribution.list_devices()
+    distribution = keras.distribution.DataParallel(devices=devices)
+    keras.distribution.set_distribution(distribution)
+    return JaxRuntime(name, distribution, devices)
+
+
 def set_precision(precision="float32"):
     """Sets the global Keras dtype policy to ``precision`` (one of :data:`PRECISIONS`); returns it."""
     keras.config.set_dtype_policy(one_of(precision, "precision", PRECISIONS))
@@ -133,18 +207,6 @@ def setup_runtime(strategy="none", precision="float32", *, tpu=None, devices=Non
     startup.run_first_graph()  # where a script asked for a quiet start: oneDNN's first-graph line, dropped
     set_precision(precision)
     return built
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def describe_runtime(strategy):

@@ -94,8 +94,8 @@ def decoupled_adamw(learning_rate, weight_decay=0.1, *, beta_1=0.9, beta_2=0.95,
 
 
 class BudgetedCosineLearningRate(BudgetedLearningRate):
-    """:class:`~attnlayers.applications.core.callbacks.BudgetedLearningRate` with a cosine decay: linear warm-up
-    over ``warmup_fraction`` of the budget, then a cosine to zero when the budget (time, steps, or ``fit``'s
+    """:class:`~attnlayers.applications.core.training.callbacks.BudgetedLearningRate` with a cosine decay: linear
+    warm-up over ``warmup_fraction`` of the budget, then a cosine to zero when the budget (time, steps, or ``fit``'s
     epochs, whichever ends first) ends.
 
     ``lr(p) = peak * p / w`` for ``p < w``, else ``peak * (1 + cos(pi * (p - w) / (1 - w))) / 2`` (Loshchilov &

@@ -10,8 +10,8 @@ A model that generates token sequences (a translator, a captioner, a GPT) subcla
 - ``generation_inputs(inputs, padding_mask=None, max_length=None)`` -> ``{"prompt": (B, P), "cache": ...,
   optional "prompt_mask": (B, P)}`` (:class:`Seq2SeqGenerator` implements it: start tokens + initial cache);
 
-and gets ``generate(inputs, max_length, strategy, seed)`` (greedy, beam search, sampling) written once here,
-on :func:`attnlayers.decoding.generate`, and the SavedModel export of ``applications.core.export``. The special
+and gets ``generate(inputs, max_length, search, seed)`` (greedy, beam search, sampling) written once here,
+on :func:`attnlayers.decoding.generate`, and the SavedModel export of ``applications.core.formats.export``. The special
 token ids (``pad_token_id``, ``start_token_id``, ``end_token_id``) are attributes of the model, set in the
 constructor and saved in ``get_config``, so vocabularies with other reserved ids need no code change.
 
@@ -24,6 +24,7 @@ import keras
 from keras import ops
 
 from attnlayers.decoding import generate as _generate
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.validation import concrete_value, is_int, non_negative_int
 
 
@@ -105,7 +106,8 @@ class GenerativeModel(keras.Model):
             )
         return int(max_length)
 
-    def generate(self, inputs, max_length=None, strategy="greedy", seed=None, padding_mask=None, *,
+    @renamed_keyword("strategy", "search")
+    def generate(self, inputs, max_length=None, search="greedy", seed=None, padding_mask=None, *,
                  stop_token_ids="auto", max_new_tokens=None, stop_sequences=None):
         """Generates token ids with :func:`attnlayers.decoding.generate`.
 
@@ -113,7 +115,7 @@ class GenerativeModel(keras.Model):
             inputs: what ``generation_inputs`` reads (source ids (B, S) for a seq2seq model, a prompt (B, P)
                 for a decoder-only one).
             max_length: L, the output length, prompt / start token included (default: the model's).
-            strategy: "greedy", "beam", "sample", or a :class:`~attnlayers.decoding.Strategy`
+            search: "greedy", "beam", "sample", or a :class:`~attnlayers.decoding.Search`
                 (:class:`~attnlayers.decoding.BeamSearch`, :class:`~attnlayers.decoding.Sampling`).
             seed: sampling seed for this call (an int or a scalar integer tensor).
             padding_mask: (B, P) bool, True at real tokens of right-padded inputs (decoder-only prompts).
@@ -138,7 +140,7 @@ class GenerativeModel(keras.Model):
         max_length = self.generation_length(max_length)
         prepared = self.generation_inputs(inputs, padding_mask=padding_mask, max_length=max_length)
         return _generate(
-            self.next, prepared["prompt"], max_length, strategy, cache=prepared.get("cache"),
+            self.next, prepared["prompt"], max_length, search, cache=prepared.get("cache"),
             prompt_mask=prepared.get("prompt_mask"), stop_token_ids=stop_token_ids,
             pad_token_id=self.pad_token_id, seed=seed, max_new_tokens=max_new_tokens, stop_sequences=stop_sequences,
         )

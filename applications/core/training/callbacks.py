@@ -18,9 +18,9 @@ import numpy as np
 
 from attnlayers.validation import one_of, positive_int, positive_number
 
+from ..inputs.data_order import DataEpoch
+from ..runs.replicas import from_chief, is_multi_worker
 from .backup import BackupAndRestore
-from .data_order import DataEpoch
-from .distribution import from_chief, is_multi_worker
 
 
 def _seconds_before(backup):
@@ -365,7 +365,7 @@ class ProgressLog(keras.callbacks.Callback):
         self._start, self._steps, self._epoch, self._next = None, 0, 0, None
 
     def _epoch_name(self, epoch):
-        from .cli import UNBOUNDED_EPOCHS
+        from ..runs.cli import UNBOUNDED_EPOCHS
 
         total = (self.params or {}).get("epochs")
         return f"epoch {epoch + 1}" + (f"/{total}" if total and total < UNBOUNDED_EPOCHS else "")

@@ -1,4 +1,4 @@
-"""SavedModel export of a :class:`~attnlayers.applications.core.generation.GenerativeModel`: its decoding loop,
+"""SavedModel export of a :class:`~attnlayers.applications.core.generative.GenerativeModel`: its decoding loop,
 through :func:`attnlayers.export.export_generate` (the library's one export path).
 
 TensorFlow only (this module imports tensorflow).
@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from attnlayers.deprecation import renamed_keyword
 from attnlayers.export import GenerateExportOptions, export_generate
 
 
-def export_generator(path, model, max_length=None, strategy=None, *, options=None, **keywords):
+@renamed_keyword("strategy", "search")
+def export_generator(path, model, max_length=None, search=None, *, options=None, **keywords):
     """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`),
     or with ``path=None`` builds the module without saving it (to attach it to a larger module saved once).
 
@@ -22,10 +24,10 @@ def export_generator(path, model, max_length=None, strategy=None, *, options=Non
 
     Args:
         path: the SavedModel directory, or None to build the module and save nothing.
-        model: a :class:`~attnlayers.applications.core.generation.GenerativeModel`.
+        model: a :class:`~attnlayers.applications.core.generative.GenerativeModel`.
         max_length: L, the output length (prompt / start token included); checked against the model's limit
             (None: its default).
-        strategy: "greedy" (default), a ``BeamSearch``, a ``Sampling`` (then the signature takes an int32
+        search: "greedy" (default), a ``BeamSearch``, a ``Sampling`` (then the signature takes an int32
             ``seed``).
         options: None or a :class:`attnlayers.export.GenerateExportOptions` (its ``stop_token_ids`` and
             ``pad_token_id`` are replaced by the model's).
@@ -42,7 +44,7 @@ def export_generator(path, model, max_length=None, strategy=None, *, options=Non
         if name in keywords:
             raise ValueError(f"`{name}` is the model's (model.{name}): export_generator does not take it; "
                              f"received {name}={keywords[name]!r}.")
-    options = GenerateExportOptions.of(options, max_length, strategy, **keywords)
+    options = GenerateExportOptions.of(options, max_length, search, **keywords)
     max_length = model.generation_length(options.max_length)
     options = dataclasses.replace(options, max_length=max_length, stop_token_ids=list(model.stop_token_ids),
                                   pad_token_id=model.pad_token_id)

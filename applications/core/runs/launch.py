@@ -1,7 +1,7 @@
 """Local multi-worker launches: N copies of one training command on this machine, each with the ``TF_CONFIG`` of
 ``tf.distribute.MultiWorkerMirroredStrategy`` (the cluster's worker addresses on 127.0.0.1 and its own index),
 their output prefixed with the worker's index, and the whole group restarted after a failure so that
-``BackupAndRestore`` (``core.backup``'s, or Keras') resumes it from the last backup.
+``BackupAndRestore`` (``core.training.backup``'s, or Keras') resumes it from the last backup.
 
     launch_workers(["python", "examples/train_nmt.py", "--strategy", "multi-worker"], num_workers=2)
 
@@ -81,7 +81,7 @@ def run_group(command, num_workers, *, host="127.0.0.1", env=None, out=None, gra
     When one worker fails (a non-zero exit, e.g. killed), the others cannot go on (MultiWorkerMirroredStrategy's
     collectives wait for every worker): they are stopped (SIGTERM, then SIGKILL after ``grace`` seconds; see
     :func:`_stop`: TensorFlow workers only end at the SIGKILL, which loses nothing of an atomic backup,
-    :class:`~attnlayers.applications.core.backup.BackupAndRestore`).
+    :class:`~attnlayers.applications.core.training.backup.BackupAndRestore`).
 
     Returns:
         (exit codes, worker 0 first (negative: killed by that signal), the index of the worker that failed first or
@@ -116,8 +116,8 @@ def run_group(command, num_workers, *, host="127.0.0.1", env=None, out=None, gra
 def launch_workers(command, num_workers=2, *, max_restarts=0, host="127.0.0.1", env=None, out=None, grace=3.0):
     """Runs ``command`` as a local cluster of ``num_workers`` workers (:func:`run_group`), restarting the whole
     group up to ``max_restarts`` times after a failure. With ``BackupAndRestore`` in the training command (every
-    example script has ``core.backup``'s, through ``standard_callbacks``), a restarted group resumes from the last
-    backup instead of from the start.
+    example script has ``core.training.backup``'s, through ``standard_callbacks``), a restarted group resumes from the
+    last backup instead of from the start.
 
     Args:
         command: the argv of one worker (e.g. ``["python", "examples/train_gpt.py", "--strategy",
