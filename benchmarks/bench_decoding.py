@@ -50,11 +50,11 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import harness  # first: it selects the TensorFlow backend
 import keras
 import keras_hub
+import measure
 import numpy as np
 import tensorflow as tf
 from keras import ops
@@ -78,14 +78,6 @@ def make_inputs(s):
     rng = np.random.default_rng(0)
     prompt = rng.integers(1, s["vocabulary_size"], size=(s["batch"], s["prompt_length"])).astype("int32")
     return prompt
-
-
-def timed(fn, *args):
-    start = time.perf_counter()
-    out = fn(*args)
-    tokens = out[0] if isinstance(out, tuple) else out
-    np.asarray(tokens)  # wait for the result
-    return time.perf_counter() - start, out
 
 
 def main(argv=None):
@@ -144,23 +136,20 @@ def main(argv=None):
         sides[f"keras_hub [{mode}]"] = (hub_side(jit), hub_inputs)
     results = {}
     for name, (fn, x) in sides.items():
-        first, out = timed(fn, x)
+        first, out = measure.timed(fn, x)
         results[name] = {"first_call_s": first, "samples_s": [], "tokens": np.asarray(out)}
         print(f"  {name}: first call {first:.2f} s", flush=True)
-    names = list(sides)
-    for r in range(args.repeats):  # interleaved, order reversed every other round (ABBA)
-        for name in (names if r % 2 == 0 else names[::-1]):
-            fn, x = sides[name]
-            results[name]["samples_s"].append(timed(fn, x)[0])
+    for name in measure.abba(sides, args.repeats):  # interleaved, order reversed every other round
+        fn, x = sides[name]
+        results[name]["samples_s"].append(measure.timed(fn, x)[0])
     if not args.skip_recompute:
         mode = "xla" if "xla" in modes else modes[0]
         name = f"recompute [{mode}]"
         fn = tf.function(recompute_generate, jit_compile=mode == "xla")
-        first, out = timed(fn, prompt)
-        results[name] = {"first_call_s": first, "samples_s": [], "tokens": np.asarray(out)}
-        print(f"  {name}: first call {first:.2f} s", flush=True)
-        for _ in range(args.recompute_repeats):
-            results[name]["samples_s"].append(timed(fn, prompt)[0])
+        timing = measure.time_calls(fn, args.recompute_repeats, prompt)
+        results[name] = {"first_call_s": timing.first, "samples_s": timing.samples,
+                         "tokens": np.asarray(timing.output)}
+        print(f"  {name}: first call {timing.first:.2f} s", flush=True)
 
     reference = results[f"ours [{modes[-1]}]"]["tokens"]
     for name, r in results.items():
@@ -175,20 +164,15 @@ def main(argv=None):
         # to drift on a shared machine (as in harness.py); only where both sides have the same rounds.
         paired = "-"
         if len(r["samples_s"]) == len(ours["samples_s"]) and r is not ours:
-            paired = f"{statistics.median(p / o for p, o in zip(r['samples_s'], ours['samples_s'])):.2f}x"
+            paired = f"{measure.paired_ratio(r['samples_s'], ours['samples_s']):.2f}x"
             r["paired_speedup_of_ours"] = float(paired[:-1])
         r["speedup_of_ours"] = ours["tokens_per_s"] / r["tokens_per_s"]
         rows.append([name, f"{r['first_call_s']:.2f}", f"{r['median_s']:.3f}", f"{r['tokens_per_s']:.0f}",
                      f"{r['speedup_of_ours']:.2f}x", paired, str(r["same_tokens_as_ours"])])
     header = ["side [mode]", "first call s", "later calls s (median)", "tokens/s", "ours speedup (same mode)",
               "paired", "same tokens"]
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     print()
-    print(line(header))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        print(line(row))
+    print(measure.aligned_table(header, rows))
     print(f"  {n_tokens} new tokens per call (batch {s['batch']} x {s['new_tokens']}), prompt {s['prompt_length']}; "
           f"graph = tf.function, xla = tf.function(jit_compile=True)")
 

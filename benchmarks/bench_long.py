@@ -38,6 +38,7 @@ import time
 
 import harness  # first: it selects the TensorFlow backend
 import keras
+import measure
 import tensorflow as tf
 
 import attnlayers
@@ -57,12 +58,6 @@ def make_layer(impl):
     return attnlayers.MultiHeadAttention(HEADS, HEAD_SIZE, memory_efficient=choice)
 
 
-def _available_bytes():
-    with open("/proc/meminfo") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return int(fields["MemAvailable"].split()[0]) * 1024
-
-
 class _MemoryLimit:
     """A soft RLIMIT_AS of the current address space plus what the machine has available (less a margin):
     an allocation beyond it fails (ResourceExhaustedError) instead of pushing the machine into swap."""
@@ -74,7 +69,7 @@ class _MemoryLimit:
         self.saved = resource.getrlimit(resource.RLIMIT_AS)
         with open("/proc/self/status") as f:
             size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-        limit = size + max(_available_bytes() - self.margin, 0)
+        limit = size + max(measure.meminfo_bytes("MemAvailable") - self.margin, 0)
         resource.setrlimit(resource.RLIMIT_AS, (limit, self.saved[1]))
 
     def __exit__(self, *exc):
@@ -82,7 +77,7 @@ class _MemoryLimit:
         return False
 
 
-def measure(make, call, inputs, repeats, memory_backend):
+def measure_layer(make, call, inputs, repeats, memory_backend):
     """Builds a layer, then measures forward + backward steps: one warm-up (which traces), the peak memory of one
     step and the median time of ``repeats`` more. With ``repeats=0`` (the longest sequences, minutes a step) a
     single step gives both, its time including the tracing. Returns a dict (``error`` set when a step ran out
@@ -94,13 +89,13 @@ def measure(make, call, inputs, repeats, memory_backend):
             step = harness.make_step(lambda x: call(layer, x), inputs, layer.trainable_variables, jit_compile=False)
             start = time.perf_counter()
             if repeats == 0:
-                peak = harness.peak_memory_mib(step, inputs, memory_backend)
+                peak = measure.peak_memory_mib(step, inputs, memory_backend)
                 return {"seconds": time.perf_counter() - start, "peak_mib": round(peak, 1), "repeats": 1,
                         "includes_tracing": True}
             loss, _ = step(inputs)
             float(loss)
             first = time.perf_counter() - start
-            peak = harness.peak_memory_mib(step, inputs, memory_backend)
+            peak = measure.peak_memory_mib(step, inputs, memory_backend)
             times = [harness._run(step, inputs, 1) for _ in range(repeats)]
     except (tf.errors.ResourceExhaustedError, MemoryError) as error:
         return {"error": "OOM", "detail": str(error).splitlines()[0][:200]}
@@ -110,13 +105,13 @@ def measure(make, call, inputs, repeats, memory_backend):
 
 def mha_row(impl, length, repeats, memory_backend):
     x = {"x": harness.normal(1, length, D_MODEL, seed=length)}
-    return measure(lambda: make_layer(impl), lambda layer, inputs: layer(inputs["x"], inputs["x"]), x, repeats,
-                   memory_backend)
+    return measure_layer(lambda: make_layer(impl), lambda layer, inputs: layer(inputs["x"], inputs["x"]), x,
+                         repeats, memory_backend)
 
 
 def local_row(implementation, length, repeats, memory_backend, batch=1, dim=256, window=8):
     inputs = {"query": harness.normal(batch, length, dim, seed=1), "value": harness.normal(batch, length, dim, seed=2)}
-    return measure(
+    return measure_layer(
         lambda: attnlayers.LocalAttention(window, mode="local-p", score="general", implementation=implementation),
         lambda layer, x: layer(x["query"], x["value"]), inputs, repeats, memory_backend,
     )
@@ -165,11 +160,6 @@ def plot(results, path):
     return path
 
 
-def _ram_gib():
-    with open("/proc/meminfo") as f:
-        return int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) / 2**20
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=LENGTHS)
@@ -180,14 +170,14 @@ def main(argv=None):
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--plot-only", action="store_true", help="table and picture of the saved long.json")
     args = parser.parse_args(argv)
-    memory_backend = harness._memory_backend()
+    memory_backend = measure.cpu_memory_backend()
     if args.plot_only:
         results = json.loads((args.out / "long.json").read_text())
         print_tables(results)
         print("picture:", plot(results, args.out / "long.png"))
         return 0
-    results = {"environment": harness.environment(), "memory": memory_backend, "ram_gib": _ram_gib(), "mha": [],
-               "short": [], "local": []}
+    results = {"environment": harness.environment(), "memory": memory_backend,
+               "ram_gib": measure.meminfo_bytes() / 2**30, "mha": [], "short": [], "local": []}
 
     def log(row):
         print(json.dumps(row), flush=True)
@@ -196,9 +186,8 @@ def main(argv=None):
     # median of each side's per-round medians.
     for length in SHORT_LENGTHS:
         samples = {"plain": [], "auto": []}
-        for round_ in range(args.short_rounds):
-            for impl in ("plain", "auto") if round_ % 2 == 0 else ("auto", "plain"):
-                samples[impl].append(mha_row(impl, length, 7, memory_backend)["seconds"])
+        for impl in measure.abba(("plain", "auto"), args.short_rounds):
+            samples[impl].append(mha_row(impl, length, 7, memory_backend)["seconds"])
         row = {"length": length, **{k: statistics.median(v) for k, v in samples.items()}}
         row["auto_over_plain"] = round(row["auto"] / row["plain"], 3)
         results["short"].append(row)

@@ -57,7 +57,7 @@ def parse_args(argv=None):
 def run(args):
     import keras
     from attnlayers.applications.bert.pretraining import PretrainingSettings, read_text_documents, run_pretraining
-    from attnlayers.applications.core.cli import load_corpus
+    from attnlayers.applications.core.runs.cli import load_corpus
 
     keras.utils.set_random_seed(args.seed)
     documents = load_corpus(args.corpus, read_text_documents, seed=args.seed)

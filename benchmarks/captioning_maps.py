@@ -26,7 +26,7 @@ IMAGE_SIZE, MAX_LENGTH = 64, 20
 def load_run(name, results=RESULTS):
     """(record, model, splits, vocabulary) of the run saved as ``results/NAME.json`` + ``NAME.weights.h5``."""
     from attnlayers.applications.captioning import data
-    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.applications.captioning.builders import build_captioner
 
     record = json.loads((results / f"{name}.json").read_text())
     splits = data.load_scenes(8000, 500, 1000, image_size=IMAGE_SIZE, seed=record["seed"])

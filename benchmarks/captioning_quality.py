@@ -3,7 +3,7 @@ machine, then captions the 1000 held-out test scenes with beam search (k = 3), a
 match and attention localization are compared in one table, on all test scenes and on those with 3 or more
 objects (where one vector must summarise many things).
 
-Models: the attnlayers captioners of `attnlayers.applications.captioning.recipes` (soft and hard attention,
+Models: the attnlayers captioners of `attnlayers.applications.captioning.builders` (soft and hard attention,
 "none", "transformer") and the keras.io-style captioner ("Image Captioning" on keras.io, KerasHub layers: the
 CNN's grid through one keras_hub TransformerEncoder (1 head) and one keras_hub TransformerDecoder (2 heads) over
 keras_hub TokenAndPositionEmbedding, d 512, d_ff 512, dropout 0.5 before the output layer, Adam at 1e-4 after a
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import platform
 import sys
+
+import runs
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "captioning"
 CHOICES = ("soft", "hard", "none", "transformer", "keras_io")
@@ -145,7 +145,7 @@ def run(args):
 
     from attnlayers.applications import core
     from attnlayers.applications.captioning import data, predict
-    from attnlayers.applications.captioning.recipes import DEFAULT_QUERY, build_captioner
+    from attnlayers.applications.captioning.builders import DEFAULT_QUERY, build_captioner
     from attnlayers.decoding import BeamSearch
 
     if args.model in DEFAULT_QUERY and args.query is None:
@@ -171,7 +171,7 @@ def run(args):
         decoding = BeamSearch(args.beam_size)
 
     def evaluate_model(model):
-        metrics = predict.evaluate_captioner(model, splits.test, vocabulary, strategy=decoding,
+        metrics = predict.evaluate_captioner(model, splits.test, vocabulary, search=decoding,
                                              max_length=MAX_LENGTH)
         metrics["three_or_more_objects"] = _subset_metrics(metrics["captions"], splits.test)
         metrics["captions"] = metrics["captions"][:10]
@@ -180,7 +180,7 @@ def run(args):
 
     def pictures(model, out):
         path = predict.plot_captions(model, splits.test, vocabulary, out / f"{args.model}_attention.png", index=1,
-                                     strategy=decoding, max_length=MAX_LENGTH)
+                                     search=decoding, max_length=MAX_LENGTH)
         return [path] if path else []
 
     attends = args.model in ("soft", "hard")
@@ -199,8 +199,7 @@ def run(args):
               "estimator": estimator, "minutes": args.minutes,
               "seed": args.seed, "batch_size": args.batch_size,
               "decoding": "greedy" if decoding == "greedy" else f"beam {args.beam_size}",
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-              "cores": len(os.sched_getaffinity(0)),  # fewer than the machine's when pinned (taskset)
+              **runs.machine_record(),
               "filters": list((model.cnn if args.model == "keras_io" else model.encoder).filters),
               "encoder": "small" if args.model == "keras_io" else args.encoder,
               "self_attention": args.self_attention and args.model != "keras_io"}

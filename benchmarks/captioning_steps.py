@@ -1,5 +1,5 @@
 """Localization against training steps: how far attention localizes on the generated scenes when the budget is
-counted in steps rather than minutes, for the attnlayers captioners of `captioning.recipes` under any Keras
+counted in steps rather than minutes, for the attnlayers captioners of `captioning.builders` under any Keras
 backend (on a GPU under KERAS_BACKEND=jax: thousands of steps in minutes, where benchmarks/captioning_quality.py
 gets about 800-1500 steps in 15 minutes on this machine's CPU).
 
@@ -40,7 +40,7 @@ def main(argv=None):
     import numpy as np
 
     from attnlayers.applications.captioning import data, predict
-    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.applications.captioning.builders import build_captioner
 
     splits = data.load_scenes(8000, 500, 1000, image_size=64, seed=args.seed)
     vocabulary = data.CaptionVocabulary.build(splits.train)

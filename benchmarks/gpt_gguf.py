@@ -168,7 +168,7 @@ def main():
         """ids -> new_tokens greedy ids, batch 1, the prompt right-padded to ``width`` (one trace per shape)."""
 
         def generate(prompt, mask):
-            return model.generate(prompt, max_length=width + new_tokens, strategy="greedy", padding_mask=mask,
+            return model.generate(prompt, max_length=width + new_tokens, search="greedy", padding_mask=mask,
                                   stop_token_ids=None, max_new_tokens=new_tokens).tokens
 
         if args.eager:

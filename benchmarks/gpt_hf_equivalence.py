@@ -41,7 +41,7 @@ def published_layout(directory, target):
     no lm_head, and the causal-mask buffers ``h.{i}.attn.bias`` (1, 1, P, P) and ``h.{i}.attn.masked_bias`` ()."""
     import shutil
 
-    from attnlayers.applications.core.safetensors import read_safetensors, write_safetensors
+    from attnlayers.applications.core.formats.safetensors import read_safetensors, write_safetensors
 
     tensors, _ = read_safetensors(os.path.join(directory, "model.safetensors"))
     tensors = {name.removeprefix("transformer."): value for name, value in tensors.items() if name != "lm_head.weight"}

@@ -27,13 +27,13 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import measure
 import numpy as np
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "gpt" / "training"
@@ -62,9 +62,9 @@ def parse_args(argv=None):
 
 def prepare(args):
     """The tokenizer and the training / held-out windows (split seed 0)."""
-    from attnlayers.applications.core.corpora import bible_documents, split_documents
+    from attnlayers.applications.core.inputs.corpora import bible_documents, split_documents
     from attnlayers.applications.gpt import data
-    from attnlayers.applications.gpt.recipes import training_tokenizer
+    from attnlayers.applications.gpt.runs import training_tokenizer
 
     texts = data.document_texts(bible_documents())
     train_texts, held_texts = split_documents(texts, held_out=0.05, seed=0)
@@ -95,10 +95,10 @@ def models(args, vocabulary_size, end, seed):
 
 
 def compile_same(model, args, steps):
-    from attnlayers.applications.core.metrics import Perplexity
-    from attnlayers.applications.core.optimizers import decoupled_adamw
-    from attnlayers.applications.core.schedules import WarmupCosineDecay
-    from attnlayers.applications.gpt.recipes import causal_lm_loss
+    from attnlayers.applications.core.training.metrics import Perplexity
+    from attnlayers.applications.core.training.optimizers import decoupled_adamw
+    from attnlayers.applications.core.training.schedules import WarmupCosineDecay
+    from attnlayers.applications.gpt.runs import causal_lm_loss
 
     schedule = WarmupCosineDecay(args.learning_rate, steps, warmup_fraction=args.warmup_fraction)
     model.compile(optimizer=decoupled_adamw(schedule, args.weight_decay), loss=causal_lm_loss(),
@@ -161,7 +161,7 @@ def run(args, seed, steps, tokenizer, train, held):
         "median_block_ratio": float(np.median(block_ratios)) if block_ratios else None,
         "compile_block_seconds": {name: blocks[0][0] for name, blocks in seconds.items()},
         "timed_steps": {name: sum(n for _, n in b) for name, b in timed.items()},
-        "machine": f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores",
+        "machine": f"{measure.processor()}, {measure.cores()} cores",
     }
     return result
 

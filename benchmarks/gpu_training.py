@@ -70,7 +70,6 @@ import datetime
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -85,8 +84,9 @@ if any(a == "--size=tiny" or (a == "tiny" and b == "--size") for b, a in zip(sys
     os.environ.setdefault("XLA_FLAGS", TINY_XLA_FLAGS)
 
 import keras  # noqa: E402
+import measure  # benchmarks/, the script's folder
 import numpy as np  # noqa: E402
-from epoch_timer import EpochTimer  # noqa: E402  (benchmarks/, the script's folder)
+from epoch_timer import EpochTimer  # noqa: E402
 
 BACKEND = keras.backend.backend()
 
@@ -116,25 +116,6 @@ DISTINCT_BATCHES = 4  # fit cycles over this many fixed random batches
 # ---- the machine ------------------------------------------------------------------------------------------------
 
 
-def device_info():
-    """{"kind": "gpu" | "cpu" | ..., "name": ...} of the first accelerator the backend uses."""
-    if BACKEND == "jax":
-        import jax
-
-        device = jax.devices()[0]
-        return {"kind": device.platform, "name": getattr(device, "device_kind", str(device)),
-                "count": jax.device_count()}
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        if gpus:
-            details = tf.config.experimental.get_device_details(gpus[0])
-            return {"kind": "gpu", "name": details.get("device_name", gpus[0].name), "count": len(gpus)}
-        return {"kind": "cpu", "name": platform.processor() or platform.machine(), "count": 1}
-    return {"kind": "unknown", "name": BACKEND, "count": 1}
-
-
 def peak_flops(args, device, precision):
     if args.peak_tflops is not None:
         return args.peak_tflops * 1e12
@@ -146,91 +127,7 @@ def peak_flops(args, device, precision):
     return None
 
 
-def environment(device):
-    env = {"backend": BACKEND, "keras": keras.__version__, "python": platform.python_version(), "device": device,
-           "platform": platform.platform(), "cpu_count": os.cpu_count()}
-    try:
-        import keras_hub
-
-        env["keras_hub"] = keras_hub.__version__
-    except ImportError:
-        pass
-    if BACKEND == "jax":
-        import jax
-
-        env["jax"] = jax.__version__
-    elif BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        env["tensorflow"] = tf.__version__
-    return env
-
-
 # ---- memory -------------------------------------------------------------------------------------------------------
-
-
-def _jitted_in(function, depth=3):
-    """The ``jax.jit`` function held in ``function``'s closure (keras' train function, keras-hub's generate
-    function), or None."""
-    for cell in getattr(function, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            continue
-        if hasattr(value, "lower") and callable(value):
-            return value
-        if depth > 1 and callable(value):
-            found = _jitted_in(value, depth - 1)
-            if found is not None:
-                return found
-    return None
-
-
-def compiled_bytes(jitted, *args):
-    """XLA's plan for one call of ``jitted`` on ``args``: arguments + outputs - donated aliases + temporaries."""
-    stats = jitted.lower(*args).compile().memory_analysis()
-    if stats is None:
-        return None
-    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
-               + stats.temp_size_in_bytes)
-
-
-class Memory:
-    """Peak memory of one side (see the module docstring)."""
-
-    def __init__(self, device):
-        self.device = device
-
-    def start(self):
-        if BACKEND == "tensorflow" and self.device["kind"] == "gpu":
-            import tensorflow as tf
-
-            tf.config.experimental.reset_memory_stats("GPU:0")
-
-    def process_peak(self):
-        """The backend's high-water mark of device memory (JAX: peak_bytes_in_use), or None."""
-        if BACKEND == "jax":
-            import jax
-
-            stats = jax.devices()[0].memory_stats() or {}
-            return stats.get("peak_bytes_in_use")
-        if BACKEND == "tensorflow" and self.device["kind"] == "gpu":
-            import tensorflow as tf
-
-            return tf.config.experimental.get_memory_info("GPU:0")["peak"]
-        return None
-
-    def side_peak(self, jitted_call):
-        """(bytes or None, source). ``jitted_call() -> bytes`` reads XLA's plan under JAX."""
-        if BACKEND == "jax":
-            try:
-                return jitted_call(), "xla_memory_analysis"
-            except Exception as error:  # noqa: BLE001  -- reported; the timing stands
-                print(f"    (no XLA memory analysis: {type(error).__name__}: {error})", flush=True)
-                return None, None
-        if BACKEND == "tensorflow" and self.device["kind"] == "gpu":
-            return self.process_peak(), "tf_gpu_allocator_peak"
-        return None, None
 
 
 class Profiler:
@@ -270,12 +167,12 @@ class Profiler:
 
 def train_step_bytes(model, batch):
     """XLA's plan for keras' compiled JAX train step of ``model`` on ``batch`` = (x, y, sample_weight)."""
-    jitted = _jitted_in(model.train_function)
+    jitted = measure.jitted_in(model.train_function)
     if jitted is None:
         raise ValueError("keras' train function holds no jax.jit function")
     state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
              [v.value for v in model.optimizer.variables], [v.value for v in model.metrics_variables])
-    return compiled_bytes(jitted, state, batch)
+    return measure.compiled_bytes(jitted, state, batch)
 
 
 # ---- training -----------------------------------------------------------------------------------------------------
@@ -322,7 +219,7 @@ def bert_batches(sizes, count, seed):
 def build_gpt(role, sizes):
     import keras_hub
     from attnlayers.applications.gpt import GPT, GPTConfig
-    from attnlayers.applications.gpt.recipes import TrainingSettings, compile_for_training
+    from attnlayers.applications.gpt.runs import TrainingSettings, compile_for_training
 
     model_sizes = {k: sizes[k] for k in ("num_layers", "num_heads", "hidden_dim", "intermediate_dim",
                                          "vocabulary_size", "max_sequence_length")}
@@ -406,15 +303,11 @@ def train_side(part, role, sizes, batches, steps, memory, profiler, log):
     log(f"  [{part}] {role:9s} fit: {fit_ms:9.2f} ms/step ({steps} steps; first epoch, compilation included, "
         f"{timer.seconds[0]:.1f} s)")
     x, y, weights = data[0]
-    begin = time.perf_counter()
-    model.train_on_batch(x, y, sample_weight=weights)  # warm-up (TensorFlow compiles the step again here)
-    warmup_s = time.perf_counter() - begin
+    warmup_s, _ = measure.timed(model.train_on_batch, x, y, weights)  # TensorFlow compiles the step again here
     samples = []
     for step in range(steps):
         x, y, weights = data[step % len(data)]
-        begin = time.perf_counter()
-        model.train_on_batch(x, y, sample_weight=weights)  # returns Python floats: waits for the step
-        samples.append((time.perf_counter() - begin) * 1e3)
+        samples.append(measure.timed(model.train_on_batch, x, y, weights)[0] * 1e3)  # returns floats: waits
     tob_ms = statistics.median(samples)
     log(f"  [{part}] {role:9s} train_on_batch: {tob_ms:9.2f} ms/step (median of {steps}; warm-up call "
         f"{warmup_s:.1f} s)")
@@ -515,7 +408,7 @@ def compiled_generate(model, max_length):
         def call(prompt):
             return jitted([v.value for v in variables], prompt)
 
-        return call, lambda prompt: compiled_bytes(jitted, [v.value for v in variables], prompt)
+        return call, lambda prompt: measure.compiled_bytes(jitted, [v.value for v in variables], prompt)
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
@@ -527,26 +420,13 @@ def hub_generate_bytes(hub, inputs):
     """XLA's memory plan of keras-hub's compiled generate function on ``inputs`` (JAX)."""
     from keras import ops
 
-    jitted = _jitted_in(hub.generate_function)
+    jitted = measure.jitted_in(hub.generate_function)
     if jitted is None:
         raise ValueError("keras-hub's generate function holds no jax.jit function")
     state = ([v.value for v in hub.sampler.variables], [v.value for v in hub.trainable_variables],
              [v.value for v in hub.non_trainable_variables])
     inputs = {k: ops.convert_to_tensor(v) for k, v in inputs.items()}
-    return compiled_bytes(jitted, inputs, None, state)
-
-
-def time_calls(call, repeats):
-    """(first call s, median s of ``repeats`` more calls, the last output as NumPy)."""
-    begin = time.perf_counter()
-    out = np.asarray(call())
-    first = time.perf_counter() - begin
-    samples = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        out = np.asarray(call())
-        samples.append(time.perf_counter() - begin)
-    return first, statistics.median(samples), samples, out
+    return measure.compiled_bytes(jitted, inputs, None, state)
 
 
 def measure_generation(sizes, generation, repeats, memory, profiler, log):
@@ -595,8 +475,9 @@ def measure_generation(sizes, generation, repeats, memory, profiler, log):
             tokens = {}
             for role, (call, bytes_of, label) in calls.items():
                 memory.start()
-                first, median, samples, out = time_calls(call, repeats)
-                tokens[role] = out
+                timing = measure.time_calls(call, repeats)
+                first, median, samples = timing.first, timing.median, timing.samples
+                tokens[role] = measure.wait(timing.output)
                 peak, source = memory.side_peak(bytes_of) if bytes_of else (None, None)
                 profile = profiler.capture(f"generate-b{batch}-{role}", call, 1, log) \
                     if batch == max(generation["batches"]) else None
@@ -634,14 +515,6 @@ def free():
     gc.collect()
 
 
-def _memory(value):
-    if value is None:
-        return "n/a"
-    if value >= 2**30:
-        return f"{value / 2**30:.2f} GiB"
-    return f"{value / 2**20:.1f} MiB"
-
-
 def _mfu(value):
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
@@ -652,8 +525,7 @@ HEADER = ["part", "measured by", "keras-hub ms", "attnlayers ms", "ours/peer", "
 
 
 def table(rows):
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    notes = []
+    lines, notes = [], []
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['part']} | failed: {r['error'].splitlines()[-1][:120]} |" + " |" * (len(HEADER) - 2))
@@ -665,12 +537,12 @@ def table(rows):
             name += f" ({r['prompt']} + {r['new_tokens']} tokens)"
             notes.append(f"{r['method']}: {r['tokens_agree']}/{r['tokens_compared']} generated tokens agree")
         p, o = r["peer"], r["ours"]
-        lines.append("| " + " | ".join([
+        lines.append([
             name, r["method"], f"{p['step_ms']:.2f}", f"{o['step_ms']:.2f}", f"{r['ratio']:.3f}",
             f"{p['tokens_per_s']:,.0f}", f"{o['tokens_per_s']:,.0f}", _mfu(p["mfu"]), _mfu(o["mfu"]),
-            _memory(p["peak_bytes"]), _memory(o["peak_bytes"]),
-        ]) + " |")
-    return "\n".join(lines + [""] + notes)
+            measure.format_bytes(p["peak_bytes"]), measure.format_bytes(o["peak_bytes"]),
+        ])
+    return "\n".join([measure.markdown_table(HEADER, lines), ""] + notes)
 
 
 def parse_args(argv=None):
@@ -716,13 +588,13 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     start = time.perf_counter()
-    device = device_info()
+    device = measure.device_info(BACKEND)
     precision = args.precision
     if precision == "auto":
         precision = "mixed_bfloat16" if device["kind"] == "gpu" else "float32"
     flops_rate = peak_flops(args, device, precision)
     sizes = SIZES[args.size]
-    memory = Memory(device)
+    memory = measure.DeviceMemory(BACKEND, device)
     profiler = Profiler(args.profile)
 
     def log(message):
@@ -780,7 +652,8 @@ def main(argv=None):
                          "sizes": {p: sizes[p] if p != "generate" else sizes["generate"] for p in args.parts},
                          "peak_flops": flops_rate, "dropout": DROPOUT, "jit_compile": True,
                          "ratio": "ours / peer step time (below 1: attnlayers is faster)"},
-            "environment": {**environment(device), "xla_flags": os.environ.get("XLA_FLAGS")},
+            "environment": {"backend": BACKEND, **measure.environment(), "device": device,
+                            "xla_flags": os.environ.get("XLA_FLAGS")},
             "notes": notes,
             "seconds": seconds,
             "rows": rows,

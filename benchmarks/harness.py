@@ -36,7 +36,6 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -48,6 +47,7 @@ if "keras" in sys.modules and sys.modules["keras"].backend.backend() != "tensorf
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
 import keras  # noqa: E402
+import measure  # benchmarks/, the script's folder
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -157,51 +157,6 @@ def _run(step, inputs, number):
     return (time.perf_counter() - start) / number
 
 
-def _memory_backend():
-    try:
-        tf.config.experimental.reset_memory_stats("CPU:0")
-        probe = tf.ones((256, 1024))  # 1 MiB
-        info = tf.config.experimental.get_memory_info("CPU:0")
-        del probe
-        if info["peak"] > 0:
-            return "tf_allocator"
-    except (ValueError, RuntimeError):
-        pass
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return "rss"
-    except OSError:
-        return None
-
-
-def _rss_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def peak_memory_mib(step, inputs, backend):
-    """Peak memory of one step above what was live before it, in MiB (None if not measurable)."""
-    if backend == "tf_allocator":
-        tf.config.experimental.reset_memory_stats("CPU:0")
-        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-        result = step(inputs)
-        peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
-        del result
-        return (peak - before) / 2**20
-    if backend == "rss":
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current RSS
-        before = _rss_kib("VmRSS")
-        result = step(inputs)
-        del result
-        return (_rss_kib("VmHWM") - before) / 1024
-    return None
-
-
 def _max_abs_diff(a, b):
     a, b = _flat(a), _flat(b)
     if len(a) != len(b):
@@ -240,10 +195,8 @@ def run_entry(entry, sizes, mode, repeats, warmup, number, memory, memory_runs=3
         }
         log(f"  {entry.name} [{mode}] {role}: first call {first:.2f} s")
 
-    for r in range(repeats):  # ABBA: peer, ours, ours, peer, ...
-        order = ("peer", "ours") if r % 2 == 0 else ("ours", "peer")
-        for role in order:
-            sides[role]["samples"].append(_run(sides[role]["step"], inputs, number))
+    for role in measure.abba(("peer", "ours"), repeats):  # peer, ours, ours, peer, ...
+        sides[role]["samples"].append(_run(sides[role]["step"], inputs, number))
 
     result = {"entry": entry.name, "mode": mode, "sizes": sizes, "note": entry.note}
     for role, s in sides.items():
@@ -258,9 +211,7 @@ def run_entry(entry, sizes, mode, repeats, warmup, number, memory, memory_runs=3
             "peak_mib": None,
         }
     result["ratio"] = result["ours"]["median_ms"] / result["peer"]["median_ms"]
-    result["paired_ratio_median"] = statistics.median(
-        o / p for o, p in zip(sides["ours"]["samples"], sides["peer"]["samples"], strict=True)
-    )
+    result["paired_ratio_median"] = measure.paired_ratio(sides["ours"]["samples"], sides["peer"]["samples"])
     result["max_abs_diff"] = (
         _max_abs_diff(sides["peer"]["outputs"], sides["ours"]["outputs"])
         if entry.same_math
@@ -271,7 +222,7 @@ def run_entry(entry, sizes, mode, repeats, warmup, number, memory, memory_runs=3
         # from run to run), so it is the median of a few runs; all runs are kept in the JSON.
         for role in ("peer", "ours"):
             runs = [
-                peak_memory_mib(sides[role]["step"], inputs, memory) for _ in range(memory_runs)
+                measure.peak_memory_mib(sides[role]["step"], inputs, memory) for _ in range(memory_runs)
             ]
             result[role]["peak_mib_runs"] = runs
             result[role]["peak_mib"] = statistics.median(runs)
@@ -298,17 +249,7 @@ def format_table(results):
             mem(r["ours"]["peak_mib"]),
             "-" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.1e}",
         ])
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-
-    def line(cells):  # text columns left-aligned, numbers right-aligned
-        padded = [
-            str(c).ljust(w) if i < 2 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "| " + " | ".join(padded) + " |"
-
-    out = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += [line(row) for row in rows]
+    out = [measure.aligned_table(header, rows, left=2)]  # entry and mode left-aligned, numbers right-aligned
     seen = set()
     for r in results:
         if r["entry"] in seen:
@@ -323,12 +264,8 @@ def format_table(results):
 
 def environment():
     return {
-        "python": platform.python_version(),
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
+        **measure.environment(),
+        "processor": measure.processor(),
         "devices": [d.name for d in tf.config.list_physical_devices()],
         "tf_cpu_allocator_use_bfc": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "unset"),
         "tf_intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -392,7 +329,7 @@ def main(entries, name, sizes, description=None, argv=None):
         if m not in MODES:
             parser.error(f"unknown mode {m!r}; choose from {list(MODES)}")
     sizes = {key: getattr(args, key) for key in sizes}
-    memory = None if args.no_memory else _memory_backend()
+    memory = None if args.no_memory else measure.cpu_memory_backend()
 
     print(
         f"{name}: sizes {sizes}, modes {modes}, repeats {args.repeats}, warmup {args.warmup}, "

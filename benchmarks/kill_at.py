@@ -38,7 +38,7 @@ def main(argv):
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
-    from attnlayers.applications.core.backup import BackupAndRestore
+    from attnlayers.applications.core.training.backup import BackupAndRestore
 
     seen = {"step": 0, "backup": 0, "writing": 0, "validation": 0, "fits": 0}
 

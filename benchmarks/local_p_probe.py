@@ -33,7 +33,7 @@ from keras import ops
 
 from attnlayers import local
 from attnlayers.applications import nmt
-from attnlayers.applications.nmt import recipes
+from attnlayers.applications.nmt import variants
 from attnlayers.scoring import dense_last_axis
 
 MAX_LENGTH, VOCABULARY = 48, 4000  # as nmt_quality.py
@@ -127,7 +127,7 @@ def main(argv=None):
     validation = nmt.make_dataset(splits.validation, tokenizers, batch_size=200, shuffle=False, **lengths)
     size = tokenizers.target.vocabulary_size
     overrides = dict(position=position) if args.model == "local" else {}
-    model, _ = recipes.build_recipe(args.model, size, size, None, max_length=MAX_LENGTH, shared_embeddings=True,
+    model, _ = variants.build_recipe(args.model, size, size, None, max_length=MAX_LENGTH, shared_embeddings=True,
                                     **overrides)
     (source, target_in), _ = next(iter(validation))
     probe = Probe(model, source, target_in, validation, args.every)

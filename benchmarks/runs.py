@@ -8,16 +8,15 @@ Pure Python: importing this module selects no backend and imports no framework.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import platform
+
+import measure
 
 
 def machine_record():
     """{"machine": processor and CPU count, "cores": the cores this process may use (fewer than the machine's
     when pinned with taskset)}: stored in each result so that rows from different machines are not compared."""
-    return {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-            "cores": len(os.sched_getaffinity(0))}
+    return {"machine": measure.machine(), "cores": measure.cores()}
 
 
 def load_rows(results_dir, pattern, keep, key):

@@ -41,7 +41,7 @@ def _measured(text):
 
 def run_one(app, placement, backend, args):
     """The JSON line ``python -m benchmarks.jobs`` prints for one process (or worker 0 of two)."""
-    from attnlayers.applications.core import launch
+    from attnlayers.applications.core.runs import launch
 
     command = ([sys.executable, "-m", "benchmarks.jobs", app, "--placement", placement, "--steps", str(args.steps)]
                + (["--jit-compile"] if args.jit_compile else []))

@@ -3,7 +3,7 @@ bench's split, vocabulary and recipes: Luong / Bahdanau / local-p and the Transf
 (soft attention, the captioning quality bench's data). Each run trains for --minutes, then reports BLEU with greedy
 and beam decoding (captioning: BLEU-4 and exact match, greedy and beam) and the exposure bias itself: next-token
 accuracy on the held-out references when the model reads the reference prefix (teacher forced) against greedy
-free running compared position by position (``applications.core.exposure_bias``), and their gap.
+free running compared position by position (``applications.core.evaluation.exposure_bias``), and their gap.
 
     python benchmarks/scheduled_sampling.py --task nmt --model luong --minutes 20 --seed 0       # teacher forcing
     python benchmarks/scheduled_sampling.py --task nmt --model luong --minutes 20 --seed 0 \\
@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import platform
 import sys
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # loaded by file path too (its test)
+import runs
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "scheduled_sampling"
 NMT_MODELS = ("bahdanau", "luong", "local", "transformer")
@@ -37,7 +38,7 @@ CAPTION_MAX_LENGTH, IMAGE_SIZE = 20, 64  # as benchmarks/captioning_quality.py
 
 
 def parse_args(argv=None):
-    from attnlayers.applications.core import scheduled_sampling as sampling_flags
+    from attnlayers.applications.core.runs import scheduled_sampling_flags as sampling_flags
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=("nmt", "captioning"), default="nmt")
@@ -71,12 +72,12 @@ def parse_args(argv=None):
     if args.compare and args.scheduled_sampling is None:
         parser.error("--compare needs --scheduled-sampling SCHEDULE (the run to compare with teacher forcing)")
     if args.task == "nmt":
-        from attnlayers.applications.nmt import recipes
+        from attnlayers.applications.nmt import variants
 
-        table = recipes.variants(args.model)
+        table = variants.variants(args.model)
         if args.variant is not None and args.variant not in table:
             parser.error(f"--variant must be one of {sorted(table)} for --model {args.model}")
-        args.variant = recipes.get_variant(args.model, args.variant).name
+        args.variant = variants.get_variant(args.model, args.variant).name
     elif args.variant is not None:
         parser.error("--variant applies to --task nmt")
     args.minutes = args.minutes or (20.0 if args.task == "nmt" else 15.0)
@@ -103,7 +104,7 @@ def exposure_length(model, wanted):
 
 
 def _exposure(model, dataset, max_length):
-    from attnlayers.applications.core.exposure_bias import exposure_bias
+    from attnlayers.applications.core.evaluation.exposure_bias import exposure_bias
 
     start = time.perf_counter()
     result = exposure_bias(model, dataset, max_length=exposure_length(model, max_length))
@@ -120,7 +121,7 @@ def _sampler_argument(args, scheduled):
 
 def _callbacks(model, minutes, recipe_callbacks=()):
     from attnlayers.applications import core
-    from attnlayers.applications.core import scheduled_sampling as sampling_flags
+    from attnlayers.applications.core.runs import scheduled_sampling_flags as sampling_flags
 
     return [*sampling_flags.logger_callbacks(model), core.TimeBudget(minutes * 60), *recipe_callbacks]
 
@@ -129,13 +130,12 @@ def run_nmt(args, scheduled):
     import keras
 
     from attnlayers.applications import nmt
-    from attnlayers.applications.nmt import evaluate, recipes
+    from attnlayers.applications.nmt import evaluate, variants
     from attnlayers.decoding import BeamSearch
 
     keras.utils.set_random_seed(args.seed)
     splits = nmt.split_pairs(nmt.load_de_en(), seed=args.seed)
     test = splits.test[: args.num_test]
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     from nmt_quality import shared_tokenizers  # the same learned vocabulary file as the quality bench's
 
     tokenizers = shared_tokenizers(splits, args.results, args.seed)
@@ -145,16 +145,16 @@ def run_nmt(args, scheduled):
     held_out = nmt.make_dataset(test, tokenizers, batch_size=100, shuffle=False, pad_to_max_length=True, **lengths)
     vocabulary = tokenizers.target.vocabulary_size
     keras.utils.set_random_seed(args.seed)  # the same initial weights whether the tokenizer was learned or read
-    model, recipe_callbacks = recipes.build_recipe(args.model, vocabulary, vocabulary, args.variant,
+    model, recipe_callbacks = variants.build_recipe(args.model, vocabulary, vocabulary, args.variant,
                                                    max_length=NMT_MAX_LENGTH, shared_embeddings=True,
                                                    minutes=args.minutes,
                                                    scheduled_sampling=_sampler_argument(args, scheduled))
 
     def evaluate_model(model):
         result = {}
-        for name, strategy in (("greedy", "greedy"), (f"beam{args.beam_size}", BeamSearch(args.beam_size, alpha=0.6))):
+        for name, search in (("greedy", "greedy"), (f"beam{args.beam_size}", BeamSearch(args.beam_size, alpha=0.6))):
             start = time.perf_counter()
-            bleu, hypotheses = evaluate.evaluate_bleu(model, tokenizers, test, strategy=strategy,
+            bleu, hypotheses = evaluate.evaluate_bleu(model, tokenizers, test, search=search,
                                                       max_source_length=NMT_MAX_LENGTH, max_length=NMT_MAX_LENGTH)
             result[f"bleu_{name}"] = round(bleu, 2)
             print(f"BLEU {name} {bleu:.2f} ({time.perf_counter() - start:.1f} s)", flush=True)
@@ -170,7 +170,7 @@ def run_captioning(args, scheduled):
     import keras
 
     from attnlayers.applications.captioning import data, evaluate, predict
-    from attnlayers.applications.captioning.recipes import DEFAULT_QUERY, build_captioner
+    from attnlayers.applications.captioning.builders import DEFAULT_QUERY, build_captioner
     from attnlayers.decoding import BeamSearch
 
     keras.utils.set_random_seed(args.seed)
@@ -187,9 +187,9 @@ def run_captioning(args, scheduled):
 
     def evaluate_model(model):
         result = {}
-        for name, strategy in (("greedy", "greedy"), (f"beam{args.beam_size}", BeamSearch(args.beam_size))):
+        for name, search in (("greedy", "greedy"), (f"beam{args.beam_size}", BeamSearch(args.beam_size))):
             start = time.perf_counter()
-            hypotheses = predict.caption_images(model, splits.test.images, vocabulary, strategy=strategy,
+            hypotheses = predict.caption_images(model, splits.test.images, vocabulary, search=search,
                                                 max_length=CAPTION_MAX_LENGTH)
             metrics = evaluate.caption_metrics(hypotheses, splits.test.captions)
             result[f"bleu4_{name}"] = round(float(metrics["BLEU-4"]), 2)
@@ -223,8 +223,7 @@ def run(args, scheduled):
               "minutes": args.minutes, "batch_size": args.batch_size, "num_test": args.num_test,
               "scheduled_sampling": scheduled,
               "prediction": args.scheduled_sampling_prediction if scheduled else None,
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-              "cores": len(os.sched_getaffinity(0))}
+              **runs.machine_record()}
     result = core.run_recipe(model, train, validation=validation, epochs=10_000, callbacks=callbacks,
                              evaluate=evaluate_model, out_dir=args.results, record=record, verbose=2,
                              results_file=f"{name}.json")

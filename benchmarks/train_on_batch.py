@@ -16,11 +16,11 @@ application's recipe builds and compiles it; ``jit_compile`` is the recipe's, or
 TensorFlow CPU, XLA under JAX). The recipes' learning-rate callbacks are not passed (the rate stays at its peak):
 ``train_on_batch`` has no callbacks.
 
-- nmt_transformer: ``nmt.recipes.build_recipe("transformer")`` (the "budgeted" recipe: pre-LN, dropout 0.1, label
+- nmt_transformer: ``nmt.variants.build_recipe("transformer")`` (the "budgeted" recipe: pre-LN, dropout 0.1, label
   smoothing 0.1, Adam) at 2 + 2 layers, d 128, 4 heads, d_ff 256; V 1000, source and target T 32, B 16.
 - nmt_bahdanau: ``build_recipe("bahdanau")`` ("base": BiGRU encoder, Bahdanau attention GRU decoder, dropout 0.3,
   Adam, clipnorm 1) at embeddings 64, 128 units; V 1000, T 32, B 16.
-- captioning_soft: ``captioning.recipes.build_captioner("soft")`` (Show, Attend and Tell, soft attention,
+- captioning_soft: ``captioning.builders.build_captioner("soft")`` (Show, Attend and Tell, soft attention,
   the doubly stochastic penalty, Adam clipnorm 5, dropout 0.3) with the small CNN (filters 16, 32, 64) on 32 x 32
   images (a 4 x 4 grid), embeddings 64, LSTM 128; V 200, T 16, B 16.
 - captioning_transformer: ``build_captioner("transformer")``, the same encoder, 2 decoder layers, d 128, 4 heads,
@@ -28,7 +28,7 @@ TensorFlow CPU, XLA under JAX). The recipes' learning-rate callbacks are not pas
 - bert: ``bert.BertPretrainer(bert.training.built_backbone(config))`` compiled as ``bert.pretraining.run_pretraining``
   compiles it (``compile_budgeted`` over ``compile_for_pretraining``: MLM + NSP losses, BERT's AdamW), 2 layers,
   d 128, 4 heads, d_ff 256, dropout 0.1; V 1000, L 64, 10 predictions, B 16.
-- gpt: ``gpt.GPT(GPTConfig(...))`` compiled by ``gpt.recipes.compile_for_training`` (causal LM loss, perplexity,
+- gpt: ``gpt.GPT(GPTConfig(...))`` compiled by ``gpt.runs.compile_for_training`` (causal LM loss, perplexity,
   AdamW, ``jit_compile=True``), 2 layers, d 128, 4 heads, d_ff 512; V 1000, L 64, B 16.
 
 Each model gets K = --steps (default 30) fixed batches of NumPy arrays (a seeded random draw, with padding). Per
@@ -139,7 +139,7 @@ def _lm_batch(rng, batch, length, vocabulary):
 
 
 def _nmt_transformer():
-    from attnlayers.applications.nmt.recipes import build_recipe
+    from attnlayers.applications.nmt.variants import build_recipe
 
     v, t, b = 1000, 32, 16
     model, _ = build_recipe("transformer", v, v, max_length=t, num_layers=2, d_model=128, num_heads=4,
@@ -148,7 +148,7 @@ def _nmt_transformer():
 
 
 def _nmt_bahdanau():
-    from attnlayers.applications.nmt.recipes import build_recipe
+    from attnlayers.applications.nmt.variants import build_recipe
 
     v, t, b = 1000, 32, 16
     model, _ = build_recipe("bahdanau", v, v, embedding_dim=64, units=128)
@@ -156,7 +156,7 @@ def _nmt_bahdanau():
 
 
 def _captioner(name):
-    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.applications.captioning.builders import build_captioner
 
     v, t, b, size = 200, 16, 16, 32
     sizes = (dict(num_layers=2, d_model=128, num_heads=4, intermediate_dim=256) if name == "transformer"
@@ -183,7 +183,7 @@ def _bert():
 
 def _gpt():
     from attnlayers.applications.gpt.model import GPT, GPTConfig
-    from attnlayers.applications.gpt.recipes import TrainingSettings, compile_for_training
+    from attnlayers.applications.gpt.runs import TrainingSettings, compile_for_training
 
     v, t, b = 1000, 64, 16
     model = GPT(GPTConfig(vocabulary_size=v, max_sequence_length=t, num_layers=2, num_heads=4, hidden_dim=128,

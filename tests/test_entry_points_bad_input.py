@@ -127,7 +127,7 @@ NMT_CASES = [
           raises(r"`padding_mask` must be a boolean")),
     _case("generate-negative-max_new_tokens", lambda a: a["model"].generate(SRC, L, max_new_tokens=-1),
           raises(r"`max_new_tokens`.*-1")),
-    _case("generate-bad-seed", lambda a: a["model"].generate(SRC, L, strategy="sample", seed="x"),
+    _case("generate-bad-seed", lambda a: a["model"].generate(SRC, L, search="sample", seed="x"),
           raises(r"`seed`")),
     # evaluate.translate(model, tokenizers, texts, ...)
     _case("translate-one-string", _translate("a b"), raises(r"`texts`.*not one string")),
@@ -178,7 +178,7 @@ def captioning_app(tmp_path_factory):
     model = ShowAttendTell(vocabulary.vocabulary_size, image_size=16, filters=(4, 8), units=8, embedding_dim=4)
     model((np.zeros((1, 16, 16, 3), "uint8"), np.ones((1, 1), "int32")))
     path = str(tmp_path_factory.mktemp("captioning") / "captioner")
-    export_captioner(path, model, vocabulary, strategy="greedy", max_length=L, jit_compile=False)
+    export_captioner(path, model, vocabulary, search="greedy", max_length=L, jit_compile=False)
     return dict(model=model, vocabulary=vocabulary, loaded=tf.saved_model.load(path))
 
 
@@ -451,7 +451,7 @@ GPT_CASES = [
     _case("text-negative-max_new_tokens", _generate_text(["the cat"], max_new_tokens=-1),
           raises(r"`max_new_tokens`.*-1")),
     _case("text-negative-max_length", _generate_text(["the cat"], max_length=-1), raises(r"`max_length`.*max_length=-1")),
-    _case("text-bad-seed", _generate_text(["the cat"], strategy="sample", seed="x"), raises(r"`seed`")),
+    _case("text-bad-seed", _generate_text(["the cat"], search="sample", seed="x"), raises(r"`seed`")),
     _case("text-stop_strings-one-string", _generate_text(["the cat"], stop_strings="."), raises(r"`stop_strings`")),
     _case("text-one-string", _generate_text("the cat", max_new_tokens=2),
           returns(lambda out: isinstance(out, list) and len(out) == 1)),  # documented: a string is one prompt

@@ -1,4 +1,4 @@
-"""No private Keras / TensorFlow internals outside applications/core/keras_fixes.py (DESIGN.md: nothing imports
+"""No private Keras / TensorFlow internals outside applications/core/runs/keras_fixes.py (DESIGN.md: nothing imports
 private ``keras.src`` modules; private uses live there, behind named, documented, version-ranged functions).
 
 A static scan (``ast`` only, nothing imported) of attnlayers/, applications/ and examples/ (what is shipped or
@@ -26,7 +26,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED = ("attnlayers", "applications", "examples")
-ALLOWED = {"applications/core/keras_fixes.py"}  # the one home of private uses
+ALLOWED = {"applications/core/runs/keras_fixes.py"}  # the one home of private uses
 #: Exceptions, ``"path: use"`` (as the failure lists them, without the line) -> why. A private use belongs in
 #: keras_fixes.py; attnlayers/, which cannot import it, uses public APIs, or, where none exists, is listed here.
 EXCEPTIONS = {
@@ -251,8 +251,8 @@ def private_uses(root=ROOT, tops=SCANNED, exceptions=EXCEPTIONS):
 def test_no_private_keras_or_tensorflow_internals_outside_keras_fixes():
     found = private_uses()
     assert not found, (
-        "Private Keras / TensorFlow internals outside applications/core/keras_fixes.py (use a public API, or a named, "
-        "documented, version-ranged function there):\n" + "\n".join(found)
+        "Private Keras / TensorFlow internals outside applications/core/runs/keras_fixes.py (use a public API, or a "
+        "named, documented, version-ranged function there):\n" + "\n".join(found)
     )
 
 

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS, budget_epochs
-from attnlayers.applications.core.recipe import describe_vocabulary
+from attnlayers.applications.core.runs.cli import UNBOUNDED_EPOCHS, budget_epochs
+from attnlayers.applications.core.runs.recipe import describe_vocabulary
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

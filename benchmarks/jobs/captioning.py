@@ -1,5 +1,5 @@
 """The captioning application's small scale-out job (:mod:`benchmarks.jobs`): Show, Attend and Tell with soft
-attention (the "soft" recipe of :func:`~attnlayers.applications.captioning.recipes.build_captioner` at a tiny
+attention (the "soft" recipe of :func:`~attnlayers.applications.captioning.builders.build_captioner` at a tiny
 size: a 2-block CNN over 16 x 16 images, a 4 x 4 grid of 8 features, embeddings 16, LSTM 32, no dropout), its
 masked cross-entropy plus the doubly stochastic penalty (the recipe's, fading over 1000 steps), on generated scenes
 batched by the application's own ``make_dataset`` (images held in memory: a ``tf.gather`` from a constant, no
@@ -16,9 +16,9 @@ import keras
 import numpy as np
 
 from attnlayers.applications.captioning.data import CaptionSet, CaptionVocabulary, make_dataset, make_scenes
-from attnlayers.applications.captioning.recipes import build_captioner
-from attnlayers.applications.core.losses import MaskedCrossEntropy
-from attnlayers.applications.core.metrics import MaskedAccuracy
+from attnlayers.applications.captioning.builders import build_captioner
+from attnlayers.applications.core.training.losses import MaskedCrossEntropy
+from attnlayers.applications.core.training.metrics import MaskedAccuracy
 
 from .runner import TrainingJob
 

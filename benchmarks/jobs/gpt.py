@@ -74,9 +74,9 @@ def windows(global_batch=GLOBAL_BATCH, steps=STEPS, seed=0):
 
 def build_model(jit_compile="auto"):
     """A 2-layer GPT-2 (d 32, 2 heads, d_ff 128, V 64, 16 positions, no dropout: replicas would draw other
-    dropout masks), compiled with the recipe's :func:`~attnlayers.applications.gpt.recipes.compile_for_training`."""
+    dropout masks), compiled with the recipe's :func:`~attnlayers.applications.gpt.runs.compile_for_training`."""
     from attnlayers.applications.gpt.model import GPT, GPTConfig
-    from attnlayers.applications.gpt.recipes import TrainingSettings, compile_for_training
+    from attnlayers.applications.gpt.runs import TrainingSettings, compile_for_training
 
     config = GPTConfig(vocabulary_size=VOCABULARY_SIZE, max_sequence_length=SEQUENCE_LENGTH, num_layers=2,
                        num_heads=2, hidden_dim=32, intermediate_dim=128, dropout=0.0, end_token_id=END_TOKEN_ID,

@@ -14,7 +14,7 @@ import keras
 
 from attnlayers.applications.nmt.data import Pairs, make_dataset, synthetic_pairs
 from attnlayers.applications.nmt.model import MaskedAccuracy, MaskedCrossEntropy, TransformerTranslator
-from attnlayers.applications.nmt.recipes import get_variant
+from attnlayers.applications.nmt.variants import get_variant
 from attnlayers.applications.nmt.tokenizer import build_tokenizers
 
 from .runner import TrainingJob

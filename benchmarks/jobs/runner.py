@@ -166,7 +166,7 @@ def set_up_placement(name):
         return None
     if keras.backend.backend() != "tensorflow":
         return None
-    from attnlayers.applications.core.runtime import make_strategy
+    from attnlayers.applications.core.runs.runtime import make_strategy
 
     if name == "mirrored":
         import tensorflow as tf

@@ -18,15 +18,16 @@ import signal
 import keras
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("resume_examples", ROOT / "benchmarks" / "resume_examples.py")
 resume = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(resume)
 
 JAX = keras.backend.backend() == "jax"
 # In CI (20-30 minutes on 2 cores for the whole suite): GPT (tf.data) and ViT (a PyDataset) under TensorFlow, ~50 s
-# each; `pytest tests/test_resume_examples.py --all-examples` adds NMT, captioning and BERT pretraining + fine-tuning
-# (~130, ~75 and ~170 s), and benchmarks/resume_examples.py every kill point of every script, in both backends.
+# each; `pytest tests/applications/test_resume_examples.py --all-examples` adds NMT, captioning and BERT pretraining +
+# fine-tuning (~130, ~75 and ~170 s), and benchmarks/resume_examples.py every kill point of every script, in both
+# backends.
 EXAMPLES = ("gpt", "vit")
 
 

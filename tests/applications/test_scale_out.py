@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 
-from attnlayers.applications.core import launch
+from attnlayers.applications.core.runs import launch
 
 # The jobs live in benchmarks/jobs/, imported from the repository root: on sys.path under `python -m pytest` (run
 # from the root), put there for a bare `pytest`; the subprocesses below get it first on their PYTHONPATH.

@@ -1,7 +1,7 @@
 """Attention over any axes (``attention_axes``), against keras' MultiHeadAttention with the same weights: 2-D attention
 over images, one axis of a rank-4 input beside a free axis (causal), two axes of a rank-5 input, cross-attention with
 other lengths; outputs and scores to 1e-6, the same training under ``fit``, and the refusals of what has no meaning
-over several axes. (The SavedModel: tests/test_export.py.)"""
+over several axes. (The SavedModel: tests/layers/test_export.py.)"""
 
 import keras
 import numpy as np

@@ -9,6 +9,7 @@ import pytest
 from attnlayers.applications.bert import FEATURES, BertBackbone, BertConfig
 from attnlayers.applications.bert.checkpoint import copy_keras_hub_weights, from_keras_hub
 from keras import ops
+from model_harness import run_model_test
 
 SMALL = BertConfig(vocabulary_size=50, max_sequence_length=16, num_segments=3, num_layers=4, num_heads=2,
                    hidden_dim=8, intermediate_dim=24)
@@ -134,14 +135,10 @@ def test_out_of_range_ids_are_refused_by_name(backbone, inputs, match):
         == (1, 8)
 
 
-def test_get_config_round_trip(backbone):
-    config = backbone.get_config()
-    restored = BertBackbone.from_config(config)
-    assert restored.config == backbone.config
-    assert restored.get_config()["config"] == config["config"]
-    restored(_inputs())
-    restored.set_weights(backbone.get_weights())
-    np.testing.assert_array_equal(_np(restored(_inputs())["pooled_output"]), _np(backbone(_inputs())["pooled_output"]))
+def test_passes_the_model_harness(backbone, tmp_path):
+    """Config and .keras round trips: the same sequence and pooled outputs."""
+    run_model_test(lambda: backbone, _inputs(), tmp_path)
+    assert BertBackbone.from_config(backbone.get_config()).config == SMALL
 
 
 def _exact_gelu(keras_hub_backbone):

@@ -17,7 +17,7 @@ from attnlayers.applications.bert.checkpoint import (
     load_hf_checkpoint,
     save_hf_checkpoint,
 )
-from attnlayers.applications.core.safetensors import read_safetensors
+from attnlayers.applications.core.formats.safetensors import read_safetensors
 from keras import ops
 from safetensors_reference import write_safetensors
 

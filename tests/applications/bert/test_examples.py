@@ -1,5 +1,5 @@
 """Smoke tests of examples/pretrain_bert.py and examples/finetune_bert.py (and the benchmarks' tables) on tiny
-corpora written here: the corpus readers of attnlayers.applications.core.corpora are replaced by fixtures, so
+corpora written here: the corpus readers of attnlayers.applications.core.inputs.corpora are replaced by fixtures, so
 nothing needs the installed Bible, Brown corpus or tweets. Pretraining for a few steps writes a Hugging Face
 checkpoint that loads; fine-tuning each task (from it, or from scratch) runs and prints its baseline, and the tagger
 exports a SavedModel that serves strings."""
@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from attnlayers.applications.bert import baselines, finetuning, pretraining, recipes
-from attnlayers.applications.core import corpora  # noqa: E402
+from attnlayers.applications.bert import baselines, finetuning, pretraining, runs
+from attnlayers.applications.core.inputs import corpora  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -188,7 +188,7 @@ def test_finetuning_runs_reports_and_exports(task, init, export, pretrained, fin
         _check_served_tagger(export_dir, result["labels"])
     else:
         assert "export" not in result and not export_dir.exists()
-    row = recipes.result_row(result)
+    row = runs.result_row(result)
     assert row[:3] == [task, init, "0"] and len(row) == 7
 
 
@@ -235,13 +235,14 @@ def test_pretrain_flags_and_corpus_errors(pretrain_script, tmp_path, capsys, mon
 
 
 def test_corpora_joined_by_plus(monkeypatch, tmp_path):
-    from attnlayers.applications.core import cli, corpora
+    from attnlayers.applications.core.runs import cli
+    from attnlayers.applications.core.inputs import corpora
 
     monkeypatch.setattr(corpora, "bible_documents", lambda: [["a verse.", "another."]])
     monkeypatch.setattr(corpora, "tweet_documents", lambda seed: [[f"tweet of split {seed}", "and another"]])
     path = tmp_path / "corpus.txt"
     path.write_text("Mine.\nAnd mine.\n\nA second.\n")
-    documents = cli.load_corpus(f"kjv+tweets+text:{path}", recipes.read_text_documents, seed=1)
+    documents = cli.load_corpus(f"kjv+tweets+text:{path}", runs.read_text_documents, seed=1)
     assert documents == [["a verse.", "another."], ["tweet of split 1", "and another"], ["Mine.", "And mine."],
                          ["A second."]]
 
@@ -249,7 +250,7 @@ def test_corpora_joined_by_plus(monkeypatch, tmp_path):
 def test_text_corpus_format(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("In the beginning.\nAnd the earth.\n\n\nSecond document.\n  \nThird, one line.\n")
-    assert recipes.read_text_documents(path) == [["In the beginning.", "And the earth."], ["Second document."],
+    assert runs.read_text_documents(path) == [["In the beginning.", "And the earth."], ["Second document."],
                                                  ["Third, one line."]]
 
 
@@ -260,15 +261,15 @@ def test_evaluation_samples_are_drawn_across_the_split():
     assert drawn == finetuning.sample(examples, 20, seed=3) and finetuning.sample(examples, None) is examples
     assert finetuning.sample(examples, 500) is examples
     with pytest.raises(ValueError, match="test_examples"):
-        recipes.FinetuningSettings("pos", test_examples=0)
+        runs.FinetuningSettings("pos", test_examples=0)
 
 
 def test_baselines_are_sensible():
-    data = recipes.TaskData(*[fake_tweets()] * 3, labels=list(corpora.SENTIMENTS), head="classifier")
+    data = runs.TaskData(*[fake_tweets()] * 3, labels=list(corpora.SENTIMENTS), head="classifier")
     scores = baselines.task_baseline("sentiment", data)
     assert scores["accuracy"] == 1.0 and scores["macro_f1"] == 1.0  # the label words separate the classes
     pairs = fake_paraphrase_pairs()
-    data = recipes.TaskData(pairs["train"], pairs["validation"], pairs["test"], ["other", "same"], "classifier")
+    data = runs.TaskData(pairs["train"], pairs["validation"], pairs["test"], ["other", "same"], "classifier")
     assert baselines.task_baseline("paraphrase", data)["accuracy"] >= 0.9  # overlap tells same from other
     scores = baselines.classification_scores([0, 0, 1, 2], [0, 1, 1, 1], 3)
     assert scores["accuracy"] == 0.5 and scores["f1"] == [2 / 3, 0.5, 0.0]
@@ -289,13 +290,13 @@ def test_benchmark_tables_read_the_results(pretrained, tmp_path, capsys):
     assert lines[2].startswith("| pretraining (kjv, tiny, lr 0.001, NSP weight 0.1) | random | 0 | 2 epochs |")
     assert "most frequent token" in lines[2]
     # The benchmarks name the recipe's checkpoint without importing the library: the same NSP weight.
-    assert pretraining.RECIPE_NSP_WEIGHT == recipes.PretrainingSettings().nsp_weight
+    assert pretraining.RECIPE_NSP_WEIGHT == runs.PretrainingSettings().nsp_weight
 
 
-def test_recipes_re_exports_the_modules_that_hold_the_runs():
+def test_runs_re_exports_the_modules_that_hold_the_runs():
     from attnlayers.applications.bert import tables, tasks, training
 
     modules = (finetuning, pretraining, tables, tasks, training)
-    for name in recipes.__all__:
+    for name in runs.__all__:
         if name != "add_optimizer_arguments":
-            assert any(getattr(module, name, None) is getattr(recipes, name) for module in modules), name
+            assert any(getattr(module, name, None) is getattr(runs, name) for module in modules), name

@@ -6,13 +6,12 @@ TensorFlow only."""
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
+from model_harness import serve_alone
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="SavedModel export is TensorFlow-only")
@@ -42,15 +41,7 @@ PIECES = [7, 0, 0, 5, 36, 4]  # word pieces of TEXTS: [UNK] for "zebra" and for 
 
 SCRIPT = textwrap.dedent(
     """
-    import importlib.abc, json, sys
-
-    class Block(importlib.abc.MetaPathFinder):  # attnlayers and keras_hub cannot be imported here
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("attnlayers", "keras_hub"):
-                raise ImportError(f"{name} is blocked in the serving test")
-            return None
-
-    sys.meta_path.insert(0, Block())
+    import json, sys
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  registers the WordPiece ops
 
@@ -96,7 +87,7 @@ SCRIPT = textwrap.dedent(
             "label_names": [b.decode() for b in loaded.label_names.numpy()] if hasattr(loaded, "label_names")
             else None,
         }
-    blocked = sorted(m for m in sys.modules if m.split(".")[0] in ("attnlayers", "keras_hub"))
+    blocked = imported("attnlayers", "keras_hub")  # noqa: F821  (serve_alone's prelude)
     assert not blocked, blocked
     print(json.dumps(results))
     """
@@ -133,11 +124,7 @@ def exported(tmp_path_factory):
         path = str(root / task)
         export_text_model(model, tokenizer, path, sequence_length=LENGTH, task=task, labels=labels[task])
         paths[task] = (path, names[task])
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
-    run = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(paths), json.dumps(TEXTS), json.dumps(PAIRS)],
-                         capture_output=True, text=True, timeout=300, cwd=root, env=env, check=False)
-    assert run.returncode == 0, run.stderr[-3000:]
-    served = json.loads(run.stdout.strip().splitlines()[-1])
+    served = serve_alone(SCRIPT, json.dumps(paths), json.dumps(TEXTS), json.dumps(PAIRS), cwd=root)
     return {"tokenizer": tokenizer, "models": models, "paths": paths, "served": served}
 
 

@@ -3,8 +3,6 @@ labels on first sub-tokens only (align_word_labels, IGNORE_LABEL out of loss and
 valid span, never outside the context or reversed), BERT's optimizer in every compile helper, .keras round trip,
 bad input refused by name."""
 
-import json
-
 import keras
 import numpy as np
 import pytest
@@ -20,8 +18,9 @@ from attnlayers.applications.bert.heads import (
     span_context_mask,
     word_predictions,
 )
-from attnlayers.applications.core.schedules import WarmupLinearDecay
+from attnlayers.applications.core.training.schedules import WarmupLinearDecay
 from keras import ops
+from model_harness import run_model_test
 
 CONFIG = BertConfig(vocabulary_size=100, max_sequence_length=32, num_layers=2, num_heads=2, hidden_dim=16,
                     intermediate_dim=32, dropout=0.0)
@@ -237,16 +236,9 @@ def test_compile_helpers_use_bert_optimizer():
 
 @pytest.mark.parametrize("make", [lambda b: BertClassifier(b, 3), lambda b: BertTokenClassifier(b, 4),
                                   lambda b: BertSpanQA(b)])
-def test_keras_round_trip(make, tmp_path):
-    model = make(_backbone())
-    x = _features()
-    expected = keras.tree.map_structure(_np, model(x))
-    path = str(tmp_path / "head.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert type(loaded) is type(model)
-    assert json.loads(json.dumps(loaded.get_config())) == json.loads(json.dumps(model.get_config()))
-    keras.tree.map_structure(lambda a, b: np.testing.assert_allclose(_np(a), b, atol=1e-5), loaded(x), expected)
+def test_passes_the_model_harness(make, tmp_path):
+    """Config and .keras round trips of each head: the same outputs."""
+    run_model_test(lambda: make(_backbone()), _features(), tmp_path, atol=1e-5)
 
 
 @pytest.mark.parametrize(

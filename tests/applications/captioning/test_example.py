@@ -78,7 +78,7 @@ def test_data_problems_are_one_line_errors(tmp_path):
 
 
 def test_epochs_and_minutes_follow_the_shared_budget_rule(script, capsys):
-    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+    from attnlayers.applications.core.runs.cli import UNBOUNDED_EPOCHS
 
     assert script.parse_args([]).epochs == 30  # the default, no budget
     assert script.parse_args(["--minutes", "1"]).epochs == UNBOUNDED_EPOCHS  # until the budget ends

@@ -2,10 +2,6 @@
 maps; loaded in a process where attnlayers, keras and keras_hub cannot be imported; agrees with in-process
 captioning; gray, RGBA, other sizes and empty batches are served, other channel counts refused."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import keras
@@ -15,12 +11,12 @@ import tensorflow as tf
 from attnlayers import BeamSearch
 from attnlayers.applications.captioning import ShowAndTell, ShowAttendTell, data, predict
 from attnlayers.applications.captioning.export import export_captioner, to_model_images
+from model_harness import serve_alone
 
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    for name in ("attnlayers", "keras", "keras_hub"):
-        sys.modules[name] = None  # any import of them fails
+    hide("attnlayers", "keras", "keras_hub")  # noqa: F821  (serve_alone's prelude): any import of them fails
     import numpy as np
     import tensorflow as tf
     captioner = tf.saved_model.load(sys.argv[1])
@@ -60,16 +56,12 @@ def test_caption_signature_serves_without_attnlayers(task, tmp_path):
               epochs=2, verbose=0)
     beam = BeamSearch(3)
     path = str(tmp_path / "captioner")
-    export_captioner(path, model, vocabulary, strategy=beam, max_length=10)
+    export_captioner(path, model, vocabulary, search=beam, max_length=10)
     images = splits.test.images
     np.save(tmp_path / "images.npy", images)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
-    run = subprocess.run([sys.executable, "-c", SCRIPT, path, str(tmp_path / "images.npy")], capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    served = json.loads(run.stdout.strip().splitlines()[-1])
+    served = serve_alone(SCRIPT, path, tmp_path / "images.npy", cwd=tmp_path)
 
-    expected = predict.caption_images(model, images, vocabulary, strategy=beam, max_length=10)
+    expected = predict.caption_images(model, images, vocabulary, search=beam, max_length=10)
     assert served["caption"] == expected and served["rgba"] == expected
     tokens = np.asarray(served["token_ids"])
     assert tokens.shape == (6, 10) and (tokens[:, 0] == vocabulary.start_token_id).all()
@@ -86,7 +78,7 @@ def test_caption_signature_serves_without_attnlayers(task, tmp_path):
 def test_model_without_attention_exports_captions_only(task, tmp_path):
     splits, vocabulary = task
     model = ShowAndTell(vocabulary.vocabulary_size, image_size=16, filters=(4, 8), units=16, embedding_dim=8)
-    module = export_captioner(str(tmp_path / "plain"), model, vocabulary, strategy="greedy", max_length=8)
+    module = export_captioner(str(tmp_path / "plain"), model, vocabulary, search="greedy", max_length=8)
     out = module.caption(tf.constant(splits.test.images[:2]))
     assert set(out) == {"caption", "token_ids", "score"} and out["token_ids"].shape == (2, 8)
     # signatures[...] check dtypes, not shapes: one (H, W, C) image is refused naming `images` and its shape.

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 from harness import run_layer_test
+from model_harness import run_model_test
 from attnlayers import Attention, HardAttention, ReinforceLoss
 from attnlayers.applications.captioning import (
     ImageEncoder,
@@ -190,19 +191,6 @@ def test_reinforce_hard_attention_learns_inside_the_show_attend_tell_decoder():
     assert accuracy >= 0.95, accuracy
 
 
-def test_hard_attention_captioner_wires_reinforce_and_trains_with_fit():
-    keras.utils.set_random_seed(5)
-    model = ShowAttendTell(V, attention="hard", seed=0, **SMALL)
-    assert model.sampled and model.reinforce is not None
-    model.compile_for_captioning()
-    images, caption_in = _batch(batch=4)
-    caption_out = _numpy(next_tokens(caption_in, 0, 2))
-    model.fit((images, caption_in), caption_out, epochs=1, batch_size=2, verbose=0)
-    assert float(_numpy(model.reinforce.baseline_steps)) == 2  # each of the 2 batches updated the baseline
-    gumbel = ShowAttendTell(V, attention="hard", estimator="gumbel", **SMALL)
-    assert not gumbel.sampled
-
-
 def test_keras_applications_backbone_trains_a_step():
     keras.utils.set_random_seed(6)
     model = ShowAttendTell(V, image_size=32, backbone="MobileNetV2", backbone_weights=None, fine_tune=True,
@@ -255,17 +243,23 @@ def test_sagan_block_and_vit_encoders_train_with_fit(encoder, grid):
     assert ImageEncoder(64, backbone="hybrid").filters == (32, 64) and ImageEncoder(64).filters == (32, 64, 128)
 
 
-def test_config_round_trip_and_weights():
-    keras.utils.set_random_seed(7)
-    model = ShowAttendTell(V, attention="hard", doubly_stochastic=0.5, **SMALL)
-    images, caption_in = _batch()
-    logits = _numpy(model((images, caption_in)))
-    clone = ShowAttendTell.from_config(model.get_config())
-    clone((images, caption_in))
-    clone.set_weights(model.get_weights())
-    np.testing.assert_allclose(_numpy(clone((images, caption_in))), logits, rtol=1e-5)
-    config = clone.get_config()
+def test_hard_attention_captioner_passes_the_model_harness(tmp_path):
+    """Config and .keras round trips of a hard-attention captioner with the doubly stochastic penalty, and one fit
+    step that trains it with REINFORCE (the step updates the baseline)."""
+    images, caption_in = _batch(batch=4)
+
+    def make():
+        keras.utils.set_random_seed(5)
+        return ShowAttendTell(V, attention="hard", doubly_stochastic=0.5, seed=0, **SMALL)
+
+    model = run_model_test(make, (images, caption_in), tmp_path, atol=1e-5,
+                           compile=lambda m: m.compile_for_captioning(),
+                           fit_batch=((images, caption_in), _numpy(next_tokens(caption_in, 0, 2))))
+    assert model.sampled and model.reinforce is not None
+    assert float(_numpy(model.reinforce.baseline_steps)) == 1  # the step updated the baseline
+    config = model.get_config()
     assert (config["attention"], config["doubly_stochastic"], config["image_size"]) == ("hard", 0.5, 16)
+    assert not ShowAttendTell(V, attention="hard", estimator="gumbel", **SMALL).sampled
     for other in (ShowAndTell(V, **SMALL), TransformerCaptioner(V, num_layers=1, d_model=16, num_heads=2)):
         assert type(other).from_config(other.get_config()).get_config() == other.get_config()
 
@@ -350,7 +344,7 @@ def test_fading_penalty_under_mirrored_strategy_equals_one_device():
 def test_recipe_defaults_fade_the_penalty_and_use_gumbel():
     """build_captioner: soft and hard attention fade eq. 14 over 1000 steps unless told otherwise (0: constant); hard
     attention's default estimator is Gumbel straight-through, REINFORCE on request."""
-    from attnlayers.applications.captioning.recipes import build_captioner
+    from attnlayers.applications.captioning.builders import build_captioner
 
     small = dict(image_size=16, filters=(4, 8), units=8, embedding_dim=8)
     assert build_captioner("soft", V, **small).doubly_stochastic_steps == 1000

@@ -1,6 +1,6 @@
-"""The one AdamW recipe of BERT and GPT (``core.optimizers.decoupled_adamw``) and its one no-decay rule: biases and
-normalization parameters are never decayed, embedding tables only where asked (BERT decays them, GPT does not).
-Listed on a tiny BERT pretrainer and a tiny GPT, as each model's own compile helper builds its optimizer."""
+"""The one AdamW recipe of BERT and GPT (``core.training.optimizers.decoupled_adamw``) and its one no-decay rule:
+biases and normalization parameters are never decayed, embedding tables only where asked (BERT decays them, GPT does
+not). Listed on a tiny BERT pretrainer and a tiny GPT, as each model's own compile helper builds its optimizer."""
 
 import keras
 import numpy as np
@@ -10,9 +10,10 @@ from attnlayers.applications.bert.config import BertConfig
 from attnlayers.applications.bert.pretrainer import NO_WEIGHT_DECAY as BERT_NO_WEIGHT_DECAY
 from attnlayers.applications.bert.pretrainer import BertPretrainer, bert_optimizer
 from attnlayers.applications.bert.training import budgeted_bert_optimizer, built_backbone, compile_budgeted
-from attnlayers.applications.core.optimizers import NO_WEIGHT_DECAY, decoupled_adamw, no_weight_decay
+from attnlayers.applications.core import BudgetedLearningRate
+from attnlayers.applications.core.training.optimizers import NO_WEIGHT_DECAY, decoupled_adamw, no_weight_decay
 from attnlayers.applications.gpt.model import GPT, GPTConfig
-from attnlayers.applications.gpt.recipes import TrainingSettings, compile_for_training
+from attnlayers.applications.gpt.runs import TrainingSettings, compile_for_training
 
 L = 16
 
@@ -71,7 +72,7 @@ def test_gpt_decays_kernels_only():
 
 def test_bert_optimizers_are_the_shared_adamw_with_berts_settings():
     shared = decoupled_adamw(1e-3, 0.01, beta_2=0.999, epsilon=1e-6, decay_embeddings=True)
-    budgeted = budgeted_bert_optimizer(1e-3, 0.01)
+    budgeted = bert_optimizer(1e-3, weight_decay=0.01)  # a constant rate: what compile_budgeted compiles with
     scheduled = bert_optimizer(1e-3, warmup_steps=1, total_steps=4)
     def config(optimizer, leave_out=("name",)):  # the name is Keras' unique one (adam_w, adam_w_1, ...)
         return {k: v for k, v in optimizer.get_config().items() if k not in leave_out}
@@ -81,3 +82,22 @@ def test_bert_optimizers_are_the_shared_adamw_with_berts_settings():
     assert budgeted.get_config()["learning_rate"] == pytest.approx(1e-3)  # a constant (float32) rate
     for optimizer in (budgeted, scheduled):
         assert sorted(optimizer._exclude_from_weight_decay_pattern.pattern.split("|")) == sorted(BERT_NO_WEIGHT_DECAY)
+
+
+def test_compile_budgeted_compiles_once_with_a_constant_rate(monkeypatch):
+    model = _bert()
+    calls = []
+    compile = model.compile
+    monkeypatch.setattr(model, "compile", lambda **kwargs: calls.append(kwargs) or compile(**kwargs))
+    schedule = compile_budgeted(model, model.compile_for_pretraining, 1e-3, 0.1, 0.02, None)
+    assert len(calls) == 1 and isinstance(schedule, BudgetedLearningRate) and schedule.peak == 1e-3
+    assert model.optimizer.get_config()["learning_rate"] == pytest.approx(1e-3)  # not a schedule: the callback sets it
+    assert model.optimizer.weight_decay == pytest.approx(0.02) and set(model.loss) == {"mlm", "nsp"}
+
+
+def test_budgeted_bert_optimizer_is_a_deprecated_alias():
+    with pytest.warns(DeprecationWarning, match="bert_optimizer"):
+        optimizer = budgeted_bert_optimizer(1e-3, 0.01)
+    expected = bert_optimizer(1e-3, weight_decay=0.01)
+    assert {k: v for k, v in optimizer.get_config().items() if k != "name"} == {
+        k: v for k, v in expected.get_config().items() if k != "name"}

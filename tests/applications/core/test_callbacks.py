@@ -19,7 +19,7 @@ from attnlayers.applications.core import (
     TimeBudget,
     standard_callbacks,
 )
-from attnlayers.applications.core.callbacks import BACKUP_SECONDS
+from attnlayers.applications.core.training.callbacks import BACKUP_SECONDS
 
 
 class _Scripted(keras.callbacks.Callback):
@@ -130,7 +130,7 @@ def test_budgeted_learning_rate_over_the_steps_of_fit():
 
 def test_budgeted_learning_rate_over_a_wall_clock_budget(monkeypatch):
     """A time bound: each batch is (by a fake clock) 10 of 100 seconds later, whatever the steps."""
-    from attnlayers.applications.core import callbacks as module
+    from attnlayers.applications.core.training import callbacks as module
 
     clock = iter(np.arange(0.0, 1000.0, 10.0))
     monkeypatch.setattr(module.time, "perf_counter", lambda: next(clock))
@@ -159,7 +159,7 @@ def test_progress_log_prints_one_line_per_epoch():
 
 
 def test_progress_log_under_a_budget_says_steps_and_time_against_it_not_unbounded_epochs():
-    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+    from attnlayers.applications.core.runs.cli import UNBOUNDED_EPOCHS
 
     class StopAfterTwo(keras.callbacks.Callback):  # fit's epochs as --minutes alone gives them, 2 of them run here
         def on_epoch_end(self, epoch, logs=None):
@@ -232,7 +232,7 @@ def test_budgeted_learning_rate_under_mirrored_strategy_and_loss_scaling():
     in a LossScaleOptimizer, whose config has no learning rate: the schedule reads through both."""
     import tensorflow as tf
 
-    # ReductionToOneDevice, as core.runtime does on CPUs: collective all-reduces would reuse instance keys that
+    # ReductionToOneDevice, as core.runs.runtime does on CPUs: collective all-reduces would reuse instance keys that
     # another MirroredStrategy of this process (a later test) reuses ("Shape mismatch in the collective instance").
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
@@ -245,7 +245,8 @@ def test_budgeted_learning_rate_under_mirrored_strategy_and_loss_scaling():
     np.testing.assert_allclose(seen.rates, 0.05 * np.clip(np.minimum(p / 0.5, (1 - p) / 0.5), 0, 1), rtol=1e-6)
 
 
-# BackupAndRestore (core.backup): atomic backups, the restore of the last complete one, an exact mid-epoch resume.
+# BackupAndRestore (core.training.backup): atomic backups, the restore of the last complete one, an exact mid-epoch
+# resume.
 
 class _Crash(Exception):
     """Stands for a kill: nothing of fit runs after it (no on_train_end)."""
@@ -298,7 +299,7 @@ def _restore(backup_dir, **kwargs):
 def test_backup_killed_while_writing_restores_the_previous_complete_backup(tmp_path, monkeypatch, torn):
     """The third backup (epoch 1, after batch 2) dies half-way: in its weights file (a torn HDF5 file left behind)
     or after it, while replacing the pointer. The restore gets the second backup (epoch 0 done) whole."""
-    from attnlayers.applications.core import backup as module
+    from attnlayers.applications.core.training import backup as module
 
     model, saved = _backup_model(), []
     save_weights, replace = model.save_weights, os.replace

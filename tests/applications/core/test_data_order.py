@@ -1,12 +1,12 @@
-"""core.data_order: epoch e's order (and per-batch draws) is a pure function of (seed, e), whoever iterated the
+"""core.inputs.data_order: epoch e's order (and per-batch draws) is a pure function of (seed, e), whoever iterated the
 data before; outside a fit with DataEpoch a pipeline counts its own passes. The examples' kill-and-resume runs:
-tests/test_resume_examples.py."""
+tests/applications/test_resume_examples.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from attnlayers.applications.core import data_order
+from attnlayers.applications.core.inputs import data_order
 from attnlayers.applications.vision.data import ShiftedBatches
 
 

@@ -1,6 +1,6 @@
 """Fault tolerance of multi-worker training: two workers (MultiWorkerMirroredStrategy through
 runtime.make_strategy, launched by launch.launch_workers with max_restarts=1) train a seeded model with
-deterministic ops on shuffled data (core.data_order) and core.BackupAndRestore backing up every 2 steps; on the
+deterministic ops on shuffled data (core.inputs.data_order) and core.BackupAndRestore backing up every 2 steps; on the
 first attempt worker 1 SIGKILLs itself mid-epoch, the launcher stops worker 0 and starts the group again, and the
 second attempt resumes from the chief's last backup (both workers: worker 1 never wrote one) and drops the batches
 already trained on. The final weights are bitwise those of an uninterrupted two-worker run (the same processes train it afterwards)."""
@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 
-from attnlayers.applications.core import launch
+from attnlayers.applications.core.runs import launch
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="tf.distribute strategies need the TensorFlow backend")
@@ -25,12 +25,12 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
 WORKER = """
 import os, signal, sys
 os.environ["KERAS_BACKEND"] = "tensorflow"
-from attnlayers.applications.core.runtime import make_strategy
-from attnlayers.applications.core.distribution import is_chief, worker_directory
+from attnlayers.applications.core.runs.runtime import make_strategy
+from attnlayers.applications.core.runs.replicas import is_chief, worker_directory
 strategy = make_strategy("multi-worker")
 import keras, numpy as np, tensorflow as tf
 from attnlayers.applications.core import BackupAndRestore
-from attnlayers.applications.core.data_order import DataEpoch, shuffled_slices
+from attnlayers.applications.core.inputs.data_order import DataEpoch, shuffled_slices
 tf.config.experimental.enable_op_determinism()
 out, marker, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = np.random.default_rng(0)

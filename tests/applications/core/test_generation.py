@@ -61,6 +61,20 @@ def test_generate_uses_the_models_special_ids(ids):
     assert model.stop_token_ids == (ids["end_token_id"],)
 
 
+def test_generate_takes_search_and_the_deprecated_strategy_keyword():
+    """``search=`` is the decoding's keyword; ``strategy=`` (its old name, tf.distribute's word) still works with a
+    DeprecationWarning, and not together with ``search``."""
+    model = Reverser(pad_token_id=0, start_token_id=1, end_token_id=2)
+    source = np.array([[3, 4, 5, 6], [7, 8, 0, 0]], "int32")
+    beam = model.generate(source, 8, search=BeamSearch(3, 2))
+    with pytest.warns(DeprecationWarning, match="`strategy=` is deprecated; use `search=`"):
+        old = model.generate(source, 8, strategy=BeamSearch(3, 2))
+    for new, got in zip(beam, old):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(new))
+    with pytest.raises(ValueError, match="`strategy` is the deprecated name of `search`"):
+        model.generate(source, 8, "greedy", strategy="beam")
+
+
 def test_special_ids_are_in_the_config_and_checked():
     model = Reverser(pad_token_id=11, start_token_id=9, end_token_id=10, name="reverser")
     config = model.get_config()
@@ -139,7 +153,7 @@ def test_generate_stop_token_ids_argument():
 
 def test_check_id_range_checks_concrete_ids_and_skips_only_symbolic_ones():
     """A ragged list of ids used to skip the check silently (any exception meant "symbolic"): it is named now."""
-    from attnlayers.applications.core.generation import check_id_range
+    from attnlayers.applications.core.generative import check_id_range
 
     with pytest.raises(ValueError, match=r"`token_ids` must hold ids in \[0, vocabulary_size=10\).*\[0, 1\] = 12"):
         check_id_range(np.array([[3, 12]]), "token_ids", 10)

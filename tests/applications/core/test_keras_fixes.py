@@ -1,4 +1,4 @@
-"""core.keras_fixes: each fix is needed by the Keras installed (training with Keras as shipped fails, or differs
+"""core.runs.keras_fixes: each fix is needed by the Keras installed (training with Keras as shipped fails, or differs
 from one device, in the case the fix exists for) and, installed, that case trains as on one device. The day a Keras
 release fixes one of them, its "as shipped" assertion fails here: give the fix a last version, or delete it. (The
 multi-worker fix, reduce_scalars_across_workers, needs two processes: test_multi_worker_recipe.py.)"""
@@ -7,7 +7,8 @@ import keras
 import numpy as np
 import pytest
 
-from attnlayers.applications.core import keras_fixes, make_strategy
+from attnlayers.applications.core.runs import keras_fixes
+from attnlayers.applications.core import make_strategy
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.distribute is TensorFlow's")
 
@@ -78,7 +79,8 @@ def test_fixes_are_named_installed_once_and_restored_after_without():
 
 
 def test_set_initial_epoch_is_where_fit_starts():
-    """What set_initial_epoch writes is still what fit starts from (core.backup's resume; it fails here first)."""
+    """What set_initial_epoch writes is still what fit starts from (core.training.backup's resume; it fails here
+    first)."""
 
     class Resume(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):

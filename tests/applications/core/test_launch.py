@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from attnlayers.applications.core import launch
+from attnlayers.applications.core.runs import launch
 
 PRINT_CONFIG = "import os; print(os.environ['TF_CONFIG'])"
 

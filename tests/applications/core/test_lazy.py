@@ -73,3 +73,29 @@ def test_a_table_name_that_is_also_a_module_is_refused(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "lazy_clash", raising=False)
     with pytest.raises(ValueError, match=r"`table` of 'lazy_clash' names \['other'\], which are also modules"):
         importlib.import_module("lazy_clash")
+
+
+@pytest.mark.parametrize("old, new, name", [
+    ("nmt.recipes", "nmt.variants", "get_variant"),
+    ("captioning.recipes", "captioning.builders", "build_captioner"),
+    ("gpt.recipes", "gpt.runs", "TrainingSettings"),
+    ("vision.recipes", "vision.runs", "TrainingSettings"),
+    ("bert.recipes", "bert.runs", "PretrainingSettings"),
+])
+def test_renamed_recipe_modules_are_deprecated_aliases(old, new, name):
+    """"recipe" is core's run_recipe only: the applications' modules of that name were renamed; the old ones warn."""
+    old_module = importlib.import_module(f"attnlayers.applications.{old}")
+    new_module = importlib.import_module(f"attnlayers.applications.{new}")
+    with pytest.warns(DeprecationWarning, match=f"attnlayers.applications.{new}"):
+        assert getattr(old_module, name) is getattr(new_module, name)
+
+
+def test_core_modules_keep_their_former_names():
+    """core/ grouped into sub-packages: ``core.runtime`` (and every former module name) is still the module, with a
+    DeprecationWarning naming where it is now."""
+    from attnlayers.applications import core
+
+    assert set(core.MOVED) >= {"runtime", "distribution", "scenes", "generation", "scheduled_sampling", "corpora"}
+    for old, new in core.MOVED.items():
+        with pytest.warns(DeprecationWarning, match=f"core.{new}"):
+            assert getattr(core, old) is importlib.import_module(f"attnlayers.applications.core.{new}"), old

@@ -84,7 +84,7 @@ def test_corpus_bleu_is_sacrebleu_13a():
 
 
 def test_perplexity_is_token_weighted_over_all_batches_not_a_mean_of_batch_perplexities():
-    from attnlayers.applications.core.metrics import Perplexity
+    from attnlayers.applications.core.training.metrics import Perplexity
 
     rng = np.random.default_rng(1)
     metric = Perplexity()

@@ -2,7 +2,7 @@
 a thousand times fast, yet both workers stop on the chief's step (the time budget and the budgeted learning rate
 read the chief's clock); only the chief prints the evaluation, draws, exports and writes results.json, while every
 worker takes part in the evaluation (keras' evaluate is collective there). And Keras as shipped still needs
-core.keras_fixes' reduce_scalars_across_workers."""
+core.runs.keras_fixes' reduce_scalars_across_workers."""
 
 import io
 import json
@@ -12,7 +12,7 @@ import sys
 import keras
 import pytest
 
-from attnlayers.applications.core import launch
+from attnlayers.applications.core.runs import launch
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="tf.distribute strategies need the TensorFlow backend")
@@ -24,12 +24,12 @@ WORKER = """
 import json, os, signal, sys, time
 signal.alarm(150)
 os.environ["KERAS_BACKEND"] = "tensorflow"
-from attnlayers.applications.core.runtime import make_strategy
-from attnlayers.applications.core.distribution import is_chief, worker_directory
+from attnlayers.applications.core.runs.runtime import make_strategy
+from attnlayers.applications.core.runs.replicas import is_chief, worker_directory
 strategy = make_strategy("multi-worker")
 import keras, numpy as np, tensorflow as tf
 from attnlayers.applications import core
-from attnlayers.applications.core import callbacks as callbacks_module, backup as backup_module
+from attnlayers.applications.core.training import callbacks as callbacks_module, backup as backup_module
 if not is_chief(strategy):
     real = time.perf_counter
     fast = lambda: 1000.0 * real()
@@ -60,8 +60,8 @@ def export(model, folder):
 callbacks = core.standard_callbacks(out, minutes=3.0 / 60, tensorboard=False, backup=False) + [schedule, Rates()]
 result = core.run_recipe(model, data, epochs=200, callbacks=callbacks, evaluate=evaluate, pictures=pictures,
                          export=export, out_dir=out, verbose=0, strategy=strategy)
-# Keras as shipped, without core.keras_fixes' reduce_scalars_across_workers: a metric fails after the first step.
-from attnlayers.applications.core import keras_fixes
+# Keras as shipped, without core.runs.keras_fixes' reduce_scalars_across_workers: a metric fails after the first step.
+from attnlayers.applications.core.runs import keras_fixes
 with strategy.scope():
     metered = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
     metered.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -95,6 +95,6 @@ def test_workers_stop_on_the_same_step_and_only_the_chief_reports(tmp_path):
     assert chief["results_path"] == str(tmp_path / "run" / "results.json") and other["results_path"] is None
     assert text.count("EVALUATION PRINTED") == 1
     assert not (tmp_path / "run" / "worker-1" / "results.json").exists()
-    # core.keras_fixes' reduce_scalars_across_workers is still needed: Keras as shipped fails on a scalar metric (the
-    # day this fails, Keras no longer needs the fix)
+    # core.runs.keras_fixes' reduce_scalars_across_workers is still needed: Keras as shipped fails on a scalar metric
+    # (the day this fails, Keras no longer needs the fix)
     assert all("Invalid reduction dimension" in r["shipped"] for r in reports), [r["shipped"] for r in reports]

@@ -1,6 +1,7 @@
 """The train -> evaluate -> pictures -> export recipe end to end: a tiny translator on the synthetic task, every
 phase timed, the time budget's effect reported, the best weights restored, results.json written. (The NMT
-scripts' own evaluate / pictures / export callables run in tests/test_train_nmt.py and test_quickstart.py.)"""
+scripts' own evaluate / pictures / export callables run in tests/applications/nmt/test_example.py and
+test_quickstart.py.)"""
 
 import json
 
@@ -20,7 +21,7 @@ def test_recipe_on_the_synthetic_task(tmp_path):
     batches = dict(max_source_length=8, max_target_length=8, batch_size=64, pad_to_max_length=True)
     train = nmt.make_dataset(splits.train, tokenizers, **batches)
     # A tiny model (a target-side bigram model: it does not read the source), so that the test times the recipe,
-    # not graph tracing; tests/test_train_nmt.py runs the recipe with the translators.
+    # not graph tracing; tests/applications/nmt/test_example.py runs the recipe with the translators.
     train = train.map(lambda inputs, target_out: (inputs[1], target_out))
     vocabulary = tokenizers.target.vocabulary_size
     model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(vocabulary, 16),
@@ -97,8 +98,8 @@ def test_fit_prints_a_line_per_epoch_off_a_terminal_and_no_shuffle_warning(capfd
         def isatty(self):
             return True
 
-    assert core.recipe.fit_verbosity(1, io.StringIO()) == 2 and core.recipe.fit_verbosity(1, Terminal()) == 1
-    assert core.recipe.fit_verbosity(0, io.StringIO()) == 0 and core.recipe.fit_verbosity(2, Terminal()) == 2
+    assert core.runs.recipe.fit_verbosity(1, io.StringIO()) == 2 and core.runs.recipe.fit_verbosity(1, Terminal()) == 1
+    assert core.runs.recipe.fit_verbosity(0, io.StringIO()) == 0 and core.runs.recipe.fit_verbosity(2, Terminal()) == 2
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     x = np.zeros((40, 3), "float32")
@@ -185,7 +186,7 @@ def test_a_resumed_budgeted_schedule_goes_on_from_the_seconds_before():
 def test_a_run_bounded_by_its_budget_alone_says_steps_and_time_not_epoch_of_100000(capsys):
     """Every script's --minutes without --epochs: fit's epochs are UNBOUNDED_EPOCHS, so its bar would read
     "Epoch 1/100000"; run_recipe prints ProgressLog's lines against the budget instead."""
-    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+    from attnlayers.applications.core.runs.cli import UNBOUNDED_EPOCHS
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")

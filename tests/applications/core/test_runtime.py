@@ -70,14 +70,14 @@ def test_unavailable_strategies_fail_clearly(monkeypatch):
 def test_data_parallel_is_mirrored_under_tensorflow_and_the_jax_names_are_checked():
     import tensorflow as tf
 
-    from attnlayers.applications.core import distribution
+    from attnlayers.applications.core.runs import replicas as distribution, runtime
 
     strategy = core.setup_runtime("data-parallel")  # the name both backends take
     assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync == 2
     # Under KERAS_BACKEND=jax (make_strategy hands the name to jax_runtime), a tf.distribute name says what to use.
     with pytest.raises(ValueError, match="needs KERAS_BACKEND=tensorflow.*--strategy data-parallel"):
-        distribution.jax_runtime("mirrored")
-    two = distribution.JaxRuntime("data-parallel", object(), ["gpu:0", "gpu:1"])
+        runtime.jax_runtime("mirrored")
+    two = runtime.JaxRuntime("data-parallel", object(), ["gpu:0", "gpu:1"])
     assert two.num_replicas_in_sync == 2 and two.runtime_name == "JAX DataParallel (gpu)"
     distribution.check_batch_size(two, 8)
     with pytest.raises(ValueError, match="--batch-size 7 does not split evenly over the 2 devices"):

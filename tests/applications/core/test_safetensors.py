@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from attnlayers.applications.core.safetensors import read_safetensors, write_safetensors
+from attnlayers.applications.core.formats.safetensors import read_safetensors, write_safetensors
 
 
 def _parse_safetensors(path):

@@ -1,4 +1,4 @@
-"""core.splits: seeded shuffling and cutting, the one implementation behind split_pairs (translation),
+"""core.inputs.splits: seeded shuffling and cutting, the one implementation behind split_pairs (translation),
 split_caption_set (captioning) and the corpora's splits. The pinned partitions below are what those splits have
 always given: tests and recorded benchmark numbers depend on them."""
 
@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from attnlayers.applications.core import splits
+from attnlayers.applications.core.inputs import splits
 
 
 def test_split_items_pinned_for_each_generator():
@@ -62,3 +62,11 @@ def test_errors_name_the_argument():
         splits.cut(range(3), [2, 2])
     with pytest.raises(ValueError, match="`sizes`"):
         splits.cut(range(3), [-1])
+
+
+def test_vision_split_indices_is_split_items():
+    from attnlayers.applications.vision.data import split_indices
+
+    train, validation, test = split_indices(100, 3, validation_fraction=0.1, test_fraction=0.2)
+    assert [test.tolist(), validation.tolist(), train.tolist()] == splits.split_items(
+        range(100), [20, 10], np.random.default_rng(3))

@@ -8,7 +8,6 @@ import importlib.util
 import io
 import json
 import pathlib
-import subprocess
 import sys
 import textwrap
 
@@ -23,6 +22,7 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason=
 from attnlayers.applications.gpt import GPTConfig, apply_chat_template, generate_text, load_gguf  # noqa: E402
 from attnlayers.applications.gpt.export import ServingTokenizer, chat_prompt_parts, export_chat  # noqa: E402
 from attnlayers.applications.gpt.gguf import generate_chat  # noqa: E402
+from model_harness import serve_alone
 
 HERE = pathlib.Path(__file__).resolve().parent
 SCRIPT = HERE.parents[2] / "examples" / "chat.py"
@@ -65,7 +65,7 @@ def test_generate_chat_is_generate_text_on_the_template(loaded):
     compiled = generate_chat(model, tokenizer, messages, metadata, max_new_tokens=NEW_TOKENS, jit_compile=True)
     assert compiled == answer  # the XLA loop (prompt padded to 64 tokens): the same greedy tokens
     sampled = [generate_chat(model, tokenizer, messages[:1], metadata, max_new_tokens=NEW_TOKENS,
-                             strategy="sample", seed=4, jit_compile=jit) for jit in (False, True, True)]
+                             search="sample", seed=4, jit_compile=jit) for jit in (False, True, True)]
     assert sampled[0] == sampled[1] == sampled[2]
     with pytest.raises(ValueError, match="messages"):
         generate_chat(model, tokenizer, [], metadata)
@@ -83,17 +83,8 @@ def test_serving_tokenizer_equals_the_gguf_tokenizer(loaded):
 
 SERVE = textwrap.dedent(
     """
-    import importlib.abc, json, sys
+    import json, sys
 
-    BLOCKED = {"attnlayers", "keras", "keras_hub", "tensorflow_text"}
-
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in BLOCKED and name.split(".")[0] != "keras":
-                raise ImportError(f"{name} is blocked in the serving test")
-            return None
-
-    sys.meta_path.insert(0, Block())
     import tensorflow as tf
 
     loaded = tf.saved_model.load(sys.argv[1])
@@ -108,7 +99,7 @@ SERVE = textwrap.dedent(
         "token_ids": chat["token_ids"].numpy().tolist(), "lengths": chat["lengths"].numpy().tolist(),
         "truncated": chat["truncated"].numpy().tolist(),
         "inputs": sorted(loaded.signatures["chat"].structured_input_signature[1]),
-        "blocked": [m for m in sys.modules if m.split(".")[0] in ("attnlayers", "keras_hub", "tensorflow_text")]}))
+        "blocked": imported("attnlayers", "keras_hub", "tensorflow_text")}))  # noqa: F821  (serve_alone's prelude)
     """
 )
 
@@ -117,10 +108,8 @@ def test_chat_savedmodel_serves_without_attnlayers_and_equals_in_process_greedy(
     model, tokenizer, metadata = loaded
     path = str(tmp_path / "chat")
     export_chat(path, model, tokenizer, metadata, input_length=INPUT_LENGTH, max_new_tokens=NEW_TOKENS)
-    process = subprocess.run([sys.executable, "-c", SERVE, path, json.dumps(MESSAGES), str(NEW_TOKENS)],
-                             capture_output=True, text=True, timeout=300, check=False)
-    assert process.returncode == 0, process.stderr[-3000:]
-    served = json.loads(process.stdout.strip().splitlines()[-1])
+    served = serve_alone(SERVE, path, json.dumps(MESSAGES), NEW_TOKENS,
+                         blocked=("attnlayers", "keras_hub", "tensorflow_text"))
     assert served["inputs"] == ["message"] and served["blocked"] == []
     assert served["truncated"] == [False] * len(MESSAGES)
     for i, message in enumerate(MESSAGES):

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from attnlayers.applications.core.safetensors import read_safetensors
+from attnlayers.applications.core.formats.safetensors import read_safetensors
 from attnlayers.applications.gpt import GPT, GPT_PRESETS, GPTConfig, load_hf_checkpoint, save_hf_checkpoint
 from attnlayers.applications.gpt.checkpoint import config_from_hf
 from keras import ops

@@ -1,16 +1,15 @@
-"""A GPT exports through the shared path (applications.core.export.export_generator, on its GenerativeModel
+"""A GPT exports through the shared path (applications.core.formats.export.export_generator, on its GenerativeModel
 contract): the loaded SavedModel gives model.generate's tokens, greedy (stopping at end_token_id) and sampled
 (the seed an input). TensorFlow only: skipped under other backends."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
 from attnlayers.applications.gpt import GPT, GPTConfig
+from model_harness import serve_alone
 
 from attnlayers.decoding import Sampling
 
@@ -21,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 if keras.backend.backend() == "tensorflow":
     import tensorflow as tf
-    from attnlayers.applications.core.export import export_generator
+    from attnlayers.applications.core.formats.export import export_generator
 
 CONFIG = dict(vocabulary_size=29, max_sequence_length=12, num_layers=2, num_heads=2, hidden_dim=16,
               intermediate_dim=32)
@@ -40,14 +39,14 @@ def _gpt_that_stops():
     return GPT(GPTConfig(**CONFIG, end_token_id=end, pad_token_id=0))
 
 
-@pytest.mark.parametrize("strategy", ["greedy", Sampling(top_k=5, temperature=1.5)], ids=["greedy", "sampling"])
-def test_exported_gpt_gives_the_tokens_of_generate(tmp_path, strategy):
+@pytest.mark.parametrize("search", ["greedy", Sampling(top_k=5, temperature=1.5)], ids=["greedy", "sampling"])
+def test_exported_gpt_gives_the_tokens_of_generate(tmp_path, search):
     model = _gpt_that_stops()
-    stochastic = not isinstance(strategy, str)
+    stochastic = not isinstance(search, str)
     seed = SEED if stochastic else None
-    expected = model.generate(PROMPT, LENGTH, strategy, seed=seed, padding_mask=PROMPT_MASK)
+    expected = model.generate(PROMPT, LENGTH, search, seed=seed, padding_mask=PROMPT_MASK)
     path = str(tmp_path / "gpt")
-    export_generator(path, model, LENGTH, strategy)
+    export_generator(path, model, LENGTH, search)
 
     loaded = tf.saved_model.load(path)
     inputs = {"token_ids": tf.constant(PROMPT), "padding_mask": tf.constant(PROMPT_MASK)}
@@ -78,11 +77,11 @@ def test_export_generator_takes_an_options_object():
     from attnlayers.export import GenerateExportOptions
 
     model = _gpt_that_stops()
-    options = GenerateExportOptions(strategy=Sampling(top_k=5, temperature=1.5), jit_compile=False)
+    options = GenerateExportOptions(search=Sampling(top_k=5, temperature=1.5), jit_compile=False)
     module = export_generator(None, model, options=options)  # max_length: the model's (12)
     out = module.generate(token_ids=tf.constant(PROMPT), padding_mask=tf.constant(PROMPT_MASK),
                           seed=tf.constant(SEED))
-    expected = model.generate(PROMPT, 12, options.strategy, seed=SEED, padding_mask=PROMPT_MASK)
+    expected = model.generate(PROMPT, 12, options.search, seed=SEED, padding_mask=PROMPT_MASK)
     np.testing.assert_array_equal(out["token_ids"].numpy(), np.asarray(expected.tokens))
     with pytest.raises(ValueError, match=r"stop_token_ids.*model"):
         export_generator(None, model, LENGTH, stop_token_ids=[1])
@@ -102,20 +101,11 @@ BAD = {"temperature": (-1.0, 0, 1.0, 0, 5), "top_k": (1.0, -1, 1.0, 0, 5), "top_
 
 SERVE = textwrap.dedent(
     """
-    import importlib.abc, json, sys
+    import json, sys
 
-    BLOCKED = {"attnlayers", "keras_hub", "tensorflow_text"}
-
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in BLOCKED:
-                raise ImportError(f"{name} is blocked in the serving test")
-            return None
-
-    sys.meta_path.insert(0, Block())
     import tensorflow as tf
-    keras_before = {m for m in sys.modules if m.split(".")[0] == "keras"}  # what tensorflow imports itself
-    BLOCKED.add("keras")
+    keras_before = set(imported("keras"))  # noqa: F821  (serve_alone's prelude): what tensorflow imports itself
+    block("keras")  # noqa: F821  (serve_alone's prelude): nothing more of keras may load
 
     path, prompts, settings, bad = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
     loaded = tf.saved_model.load(path)
@@ -138,11 +128,11 @@ SERVE = textwrap.dedent(
             errors[name] = None
         except tf.errors.InvalidArgumentError as error:
             errors[name] = error.message
-    keras_after = {m for m in sys.modules if m.split(".")[0] == "keras"}
+    keras_after = set(imported("keras"))  # noqa: F821
     print(json.dumps({"results": results, "errors": errors, "inputs": sorted(
         loaded.signatures["generate"].structured_input_signature[1]),
         "new_keras_modules": sorted(keras_after - keras_before),
-        "attnlayers": any(m.split(".")[0] in ("attnlayers", "keras_hub", "tensorflow_text") for m in sys.modules)}))
+        "attnlayers": bool(imported("attnlayers", "keras_hub", "tensorflow_text"))}))  # noqa: F821
     """
 )
 
@@ -163,12 +153,8 @@ def text_gpt(tmp_path_factory):
     stop = tokenizer.detokenize(greedy[len(ids) + 3: len(ids) + 5]).numpy().decode("utf-8", "replace")
     path = str(tmp_path_factory.mktemp("gpt_text") / "generate")
     export_gpt(path, model, tokenizer, TEXT_LENGTH, input_length=TEXT_INPUT, stop_strings=[stop])
-    process = subprocess.run(
-        [sys.executable, "-c", SERVE, path, json.dumps(PROMPTS), json.dumps(SETTINGS), json.dumps(BAD)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )
-    assert process.returncode == 0, process.stderr[-3000:]
-    served = json.loads(process.stdout.strip().splitlines()[-1])
+    served = serve_alone(SERVE, path, json.dumps(PROMPTS), json.dumps(SETTINGS), json.dumps(BAD),
+                         blocked=("attnlayers", "keras_hub", "tensorflow_text"))
     return model, tokenizer, stop, served
 
 
@@ -181,8 +167,8 @@ def _in_process(model, tokenizer, values, stop):
     ids = np.zeros((len(rows), TEXT_INPUT), "int32")
     for i, row in enumerate(rows):
         ids[i, : len(row)] = row
-    strategy = "greedy" if temperature == 0 else Sampling(temperature, top_k or None, None if top_p == 1 else top_p)
-    return model.generate(ids, TEXT_LENGTH, strategy, seed, padding_mask=ids != 0,
+    search = "greedy" if temperature == 0 else Sampling(temperature, top_k or None, None if top_p == 1 else top_p)
+    return model.generate(ids, TEXT_LENGTH, search, seed, padding_mask=ids != 0,
                           max_new_tokens=min(max_new_tokens, TEXT_LENGTH),
                           stop_sequences=stop_sequences_for(tokenizer, [stop]))
 

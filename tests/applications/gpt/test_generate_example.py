@@ -55,17 +55,21 @@ def test_greedy_sampling_and_beam_search(script, checkpoint, capsys):
     greedy = outputs(capsys)
     assert len(greedy) == 2 and greedy[0].startswith("the cat") and greedy[1].startswith("A dog")
     assert len(greedy[0]) > len("the cat")
-    sample = base + ["--strategy", "sample", "--temperature", "1.5", "--top-k", "20", "--top-p", "0.95", "--seed"]
+    sample = base + ["--search", "sample", "--temperature", "1.5", "--top-k", "20", "--top-p", "0.95", "--seed"]
     assert script.main(sample + ["3"]) == 0
     first = outputs(capsys)
     assert script.main(sample + ["3"]) == 0
     assert outputs(capsys) == first  # the same seed, the same text
     assert script.main(sample + ["4"]) == 0
     assert outputs(capsys) != first
-    assert script.main(base + ["--strategy", "sample", "--temperature", "0"]) == 0
+    assert script.main(base + ["--search", "sample", "--temperature", "0"]) == 0
     assert outputs(capsys) == greedy  # temperature 0 is greedy
-    assert script.main(base + ["--strategy", "beam", "--num-beams", "2"]) == 0
-    assert len(outputs(capsys)) == 2
+    assert script.main(base + ["--search", "beam", "--num-beams", "2"]) == 0
+    beam = outputs(capsys)
+    assert len(beam) == 2
+    with pytest.warns(DeprecationWarning, match="--strategy is deprecated; use --search"):  # the flag's old name
+        assert script.main(base + ["--strategy", "beam", "--num-beams", "2"]) == 0
+    assert outputs(capsys) == beam
 
 
 def test_max_new_tokens_default_and_clipping(script, checkpoint, capsys):
@@ -103,14 +107,15 @@ def test_stop_strings_and_prompts_file(script, checkpoint, capsys, tmp_path):
         (["--prompt", "x"], "one of the arguments --checkpoint --saved-model is required"),
         (["--checkpoint", "C", "--saved-model", "S", "--prompt", "x"], "not allowed with argument"),
         (["--checkpoint", "C", "--prompt", "x", "--top-p", "1.5"], "--top-p must be in (0, 1]"),
-        (["--checkpoint", "C", "--prompt", "x", "--strategy", "sample", "--top-k", "-1"], "--top-k must be >= 0"),
-        (["--checkpoint", "C", "--prompt", "x", "--strategy", "sample", "--temperature", "-1"],
+        (["--checkpoint", "C", "--prompt", "x", "--search", "sample", "--top-k", "-1"], "--top-k must be >= 0"),
+        (["--checkpoint", "C", "--prompt", "x", "--search", "sample", "--temperature", "-1"],
          "--temperature must be >= 0"),
-        (["--checkpoint", "C", "--prompt", "x", "--temperature", "0.5"], "apply to --strategy sample"),
-        (["--checkpoint", "C", "--prompt", "x", "--strategy", "nucleus"], "invalid choice: 'nucleus'"),
+        (["--checkpoint", "C", "--prompt", "x", "--temperature", "0.5"], "apply to --search sample"),
+        (["--checkpoint", "C", "--prompt", "x", "--search", "nucleus"], "invalid choice: 'nucleus'"),
+        (["--checkpoint", "C", "--prompt", "x", "--search", "beam", "--strategy", "beam"], "deprecated name of --search"),
         (["--checkpoint", "C", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
         (["--checkpoint", "C", "--prompt", "x", "--stop", ""], "--stop strings must not be empty"),
-        (["--saved-model", "S", "--prompt", "x", "--strategy", "beam"], "beam search needs --checkpoint"),
+        (["--saved-model", "S", "--prompt", "x", "--search", "beam"], "beam search needs --checkpoint"),
         (["--saved-model", "S", "--prompt", "x", "--max-length", "9"], "--max-length is fixed in a SavedModel"),
     ],
 )

@@ -1,5 +1,5 @@
 """GPT text generation in-process: bad input is refused with errors naming the argument (empty prompts, prompts
-longer than the context, max_length beyond the position table, unknown strategies and sampler settings, bad stop
+longer than the context, max_length beyond the position table, unknown searches and sampler settings, bad stop
 strings), max_new_tokens, and stop strings (the loop stops at their tokens, the text is cut before them).
 TensorFlow (the tokenizer's ops)."""
 
@@ -67,22 +67,22 @@ def test_max_length_beyond_the_position_table(gpt):
 
 
 @pytest.mark.parametrize(
-    "strategy, match",
+    "search, match",
     [
-        ("nucleus", r"strategy.*'nucleus'"),
+        ("nucleus", r"search.*'nucleus'"),
         (lambda: Sampling(top_k=-1), r"top_k.*top_k=-1"),
         (lambda: Sampling(top_p=1.5), r"top_p.*top_p=1.5"),
         (lambda: Sampling(temperature=-1.0), r"temperature.*temperature=-1.0"),
         (lambda: BeamSearch(num_beams=0), r"num_beams.*num_beams=0"),
     ],
 )
-def test_unknown_strategies_and_settings_are_named(gpt, strategy, match):
+def test_unknown_searches_and_settings_are_named(gpt, search, match):
     model, tokenizer = gpt
     with pytest.raises(ValueError, match=match):
-        model.generate(np.ones((1, 3), "int32"), 6, strategy if isinstance(strategy, str) else strategy())
-    if isinstance(strategy, str):
+        model.generate(np.ones((1, 3), "int32"), 6, search if isinstance(search, str) else search())
+    if isinstance(search, str):
         with pytest.raises(ValueError, match=match):
-            generate_text(model, tokenizer, ["the cat"], strategy=strategy)
+            generate_text(model, tokenizer, ["the cat"], search=search)
 
 
 def test_bad_stop_strings_and_max_new_tokens(gpt):
@@ -140,15 +140,15 @@ def test_max_new_tokens_beyond_the_context_runs_to_the_context(gpt):
     ids = tokenizer.tokenize(prompts[:1]).to_list()
     result = model.generate(np.array(ids, "int32"), stop_token_ids=None, max_new_tokens=2**31 - 1)
     assert int(np.asarray(result.lengths)[0]) == CONTEXT
-    assert generate_text(model, tokenizer, prompts, max_new_tokens=2**31 - 1, strategy=BeamSearch(2)) == \
-        generate_text(model, tokenizer, prompts, strategy=BeamSearch(2))
+    assert generate_text(model, tokenizer, prompts, max_new_tokens=2**31 - 1, search=BeamSearch(2)) == \
+        generate_text(model, tokenizer, prompts, search=BeamSearch(2))
 
 
 def test_bad_seeds_and_out_of_vocabulary_ids_are_named(gpt):
     model, tokenizer = gpt
     for jit_compile in (False, True):
         with pytest.raises(ValueError, match=r"`seed` must be None, an int.*received seed='abc'"):
-            generate_text(model, tokenizer, ["the cat"], max_new_tokens=2, strategy="sample", seed="abc",
+            generate_text(model, tokenizer, ["the cat"], max_new_tokens=2, search="sample", seed="abc",
                           jit_compile=jit_compile)
     too_big = model.config.vocabulary_size
     with pytest.raises(ValueError, match=rf"`token_ids` must hold token ids in \[0, vocabulary_size={too_big}\)"):
@@ -165,7 +165,7 @@ def test_jit_compile_compiles_once_and_reads_the_current_weights(gpt):
     traces = []
     generate = model.generate
     model.generate = lambda *args, **kwargs: traces.append(1) or generate(*args, **kwargs)
-    prompts, kwargs = ["the cat", "a"], dict(max_new_tokens=3, strategy=BeamSearch(2, 2))
+    prompts, kwargs = ["the cat", "a"], dict(max_new_tokens=3, search=BeamSearch(2, 2))
     compiled = [generate_text(model, tokenizer, prompts, jit_compile=True, **kwargs) for _ in range(2)]
     assert len(traces) == 1  # traced once, then reused (the plain loop calls model.generate every time)
     assert compiled == [generate_text(model, tokenizer, prompts, **kwargs)] * 2

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from attnlayers.applications.core.safetensors import write_safetensors  # noqa: E402
+from attnlayers.applications.core.formats.safetensors import write_safetensors  # noqa: E402
 from attnlayers.applications.gpt import (  # noqa: E402
     GPTConfig,
     apply_chat_template,

@@ -8,9 +8,10 @@ import dataclasses
 import keras
 import numpy as np
 import pytest
-from keras import ops
-
 from attnlayers.applications.gpt import GPT, GPTConfig
+from keras import ops
+from model_harness import run_model_test
+
 from attnlayers.transformer import FeedForward
 
 CONFIG = GPTConfig(vocabulary_size=29, max_sequence_length=12, num_layers=2, num_heads=4, hidden_dim=16,
@@ -140,17 +141,15 @@ def test_greedy_generate_is_the_argmax_of_teacher_forced_logits(model):
         np.testing.assert_array_equal(tokens[row, start:], predicted[row, start - 1:-1])
 
 
-def test_config_round_trip(model, tmp_path):
-    assert GPTConfig(**dataclasses.asdict(CONFIG)) == CONFIG
-    clone = GPT.from_config(model.get_config())
-    assert clone.config == CONFIG and clone.get_config() == model.get_config()
-    clone.set_weights(model.get_weights())
-    np.testing.assert_allclose(_np(clone(PROMPT)), _np(model(PROMPT)), atol=1e-6)
-    path = str(tmp_path / "llama.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
+def _llama_config(loaded, _):
     assert loaded.config == CONFIG
-    np.testing.assert_allclose(_np(loaded(PROMPT)), _np(model(PROMPT)), atol=1e-6)
+
+
+def test_passes_the_model_harness(model, tmp_path):
+    """Config and .keras round trips of the LLaMA architecture: its config and logits."""
+    assert GPTConfig(**dataclasses.asdict(CONFIG)) == CONFIG
+    run_model_test(lambda: model, PROMPT, tmp_path, check_loaded=_llama_config)
+    assert GPT.from_config(model.get_config()).config == CONFIG
 
 
 def test_defaults_keep_gpt2():
@@ -210,7 +209,7 @@ def test_hf_llama_checkpoint_round_trip(model, tmp_path):
     files against transformers' LlamaForCausalLM.)"""
     import json
 
-    from attnlayers.applications.core.safetensors import read_safetensors, write_safetensors
+    from attnlayers.applications.core.formats.safetensors import read_safetensors, write_safetensors
     from attnlayers.applications.gpt import load_hf_llama_checkpoint, save_hf_llama_checkpoint
 
     directory = save_hf_llama_checkpoint(model, str(tmp_path / "llama"))
@@ -236,8 +235,7 @@ def test_hf_llama_checkpoint_round_trip(model, tmp_path):
 def test_exports_as_a_saved_model(model, tmp_path):
     """The shared export path (core.export.export_generator) serves the LLaMA variant's cached greedy decoding."""
     import tensorflow as tf
-
-    from attnlayers.applications.core.export import export_generator
+    from attnlayers.applications.core.formats.export import export_generator
 
     expected = model.generate(PROMPT, 10, padding_mask=PROMPT_MASK)
     export_generator(str(tmp_path / "llama"), model, 10, "greedy")

@@ -1,6 +1,7 @@
 """The GPT application's model: cached steps equal the full forward pass, greedy generation equals the argmax of
-teacher-forced logits, keras-hub's GPT-2 weights give keras-hub's outputs, configs and .keras files round-trip,
-bad input is refused by name. Runs under the TensorFlow and JAX backends."""
+teacher-forced logits, keras-hub's GPT-2 weights give keras-hub's outputs, the model harness (configs and .keras
+files round-trip, a fit step on keras-hub's dict inputs), bad input is refused by name. Runs under the TensorFlow
+and JAX backends."""
 
 import keras
 import keras_hub
@@ -11,6 +12,7 @@ from keras import ops
 from attnlayers.applications.core import GenerativeModel
 from attnlayers.applications.gpt import GPT, GPTConfig, copy_keras_hub_weights, from_keras_hub
 from attnlayers.decoding import BeamSearch, Sampling
+from model_harness import run_model_test
 
 CONFIG = GPTConfig(vocabulary_size=29, max_sequence_length=12, num_layers=2, num_heads=2, hidden_dim=16,
                    intermediate_dim=32)
@@ -75,7 +77,7 @@ def test_generate_stops_at_the_end_token():
 
 
 def test_generate_with_other_strategies(model):
-    beam = model.generate(PROMPT, max_length=10, strategy=BeamSearch(3, 2), padding_mask=PROMPT_MASK)
+    beam = model.generate(PROMPT, max_length=10, search=BeamSearch(3, 2), padding_mask=PROMPT_MASK)
     assert tuple(beam.tokens.shape) == (3, 2, 10)
     first = _np(model.generate(PROMPT, 10, Sampling(top_k=5), seed=4, padding_mask=PROMPT_MASK).tokens)
     again = _np(model.generate(PROMPT, 10, Sampling(top_k=5), seed=4, padding_mask=PROMPT_MASK).tokens)
@@ -137,17 +139,35 @@ def test_keras_hub_weights_give_keras_hub_outputs():
                                                        num_heads=2, hidden_dim=16, intermediate_dim=32)))
 
 
-def test_config_round_trip(model, tmp_path):
-    config = model.get_config()
-    clone = GPT.from_config(config)
-    assert clone.get_config() == config
-    assert clone.config == model.config and isinstance(clone.config, GPTConfig)
-    path = str(tmp_path / "gpt.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(_np(loaded(PROMPT)), _np(model(PROMPT)), atol=1e-6)
-    assert loaded.end_token_id == model.end_token_id
-    assert (loaded.pad_token_id, loaded.stop_token_ids) == (model.pad_token_id, model.stop_token_ids)
+def _same_special_ids(loaded, model):
+    assert (loaded.end_token_id, loaded.pad_token_id, loaded.stop_token_ids) == (
+        model.end_token_id, model.pad_token_id, model.stop_token_ids)
+
+
+def test_passes_the_model_harness(tmp_path):
+    """Config and .keras round trips (the special ids kept: the same greedy tokens, stopping at end_token_id), and
+    one fit step on keras-hub's dict inputs {"token_ids", "padding_mask"} with sample weights."""
+    sequence = np.tile(np.arange(1, 12, dtype="int32"), (8, 1))
+    mask = np.ones_like(sequence, bool)
+    mask[4:, 8:] = False
+    x = {"token_ids": sequence[:, :-1], "padding_mask": mask[:, :-1]}
+
+    def make():
+        keras.utils.set_random_seed(11)
+        return GPT(CONFIG)
+
+    def compile_lm(lm):
+        lm.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="mean_with_sample_weight"))
+
+    lm = run_model_test(make, PROMPT, tmp_path, call=lambda m, ids: m(ids, padding_mask=PROMPT_MASK),
+                        generate=lambda m, ids: m.generate(ids, 6, padding_mask=PROMPT_MASK).tokens,
+                        compile=compile_lm, fit_batch=(x, sequence[:, 1:], mask[:, 1:].astype("float32")),
+                        check_loaded=_same_special_ids)
+    assert isinstance(GPT.from_config(lm.get_config()).config, GPTConfig)
+    np.testing.assert_allclose(_np(lm(x)), _np(lm(x["token_ids"], padding_mask=x["padding_mask"])), atol=1e-6)
+    with pytest.raises(ValueError, match="token_ids.*received keys"):
+        lm({"ids": sequence})
 
 
 def test_trains():
@@ -222,23 +242,6 @@ def test_initialization_scales_the_residual_projections_as_gpt2():
     again = GPT(config)
     for a, b in zip(model.weights, again.weights, strict=True):
         np.testing.assert_array_equal(_np(a.value), _np(b.value))
-
-
-def test_fit_takes_keras_hub_style_dict_inputs():
-    keras.utils.set_random_seed(0)
-    lm = GPT(CONFIG)
-    lm.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction="mean_with_sample_weight"))
-    sequence = np.tile(np.arange(1, 12, dtype="int32"), (8, 1))
-    mask = np.ones_like(sequence, bool)
-    mask[4:, 8:] = False
-    x = {"token_ids": sequence[:, :-1], "padding_mask": mask[:, :-1]}
-    history = lm.fit(x, sequence[:, 1:], sample_weight=mask[:, 1:].astype("float32"), epochs=5, batch_size=8,
-                     verbose=0)
-    assert history.history["loss"][-1] < history.history["loss"][0]
-    np.testing.assert_allclose(_np(lm(x)), _np(lm(x["token_ids"], padding_mask=x["padding_mask"])), atol=1e-6)
-    with pytest.raises(ValueError, match="token_ids.*received keys"):
-        lm({"ids": sequence})
 
 
 def test_in_range_ids_and_integer_seeds_pass_the_checks(model):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from texts import write_documents
 
-from attnlayers.applications.gpt import data, recipes  # noqa: E402
+from attnlayers.applications.gpt import data, runs  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 # --no-jit under TensorFlow only: there XLA's compilation costs more than it saves at this size; under JAX a step
@@ -28,7 +28,7 @@ FLAGS = ["--config", "tiny", "--vocab-size", "300", "--sequence-length", "16", "
 
 
 def _settings(**overrides):
-    return recipes.TrainingSettings(**{"vocabulary_size": 300, "sequence_length": 16, "batch_size": 8, "epochs": 2,
+    return runs.TrainingSettings(**{"vocabulary_size": 300, "sequence_length": 16, "batch_size": 8, "epochs": 2,
                                        "learning_rate": 3e-3, "held_out": 0.2,
                                        "jit_compile": keras.backend.backend() == "jax", **overrides})  # as FLAGS
 
@@ -71,9 +71,9 @@ def trained(tmp_path_factory):
     script = _script("train_gpt_script")
     folder = tmp_path_factory.mktemp("gpt")
     corpus, out = write_documents(folder / "corpus.txt"), folder / "run"
-    run_training = recipes.run_training
+    run_training = runs.run_training
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(recipes, "run_training", lambda *a, **k: run_training(*a, callbacks=[Diverge(), Keep()], **k))
+        patch.setattr(runs, "run_training", lambda *a, **k: run_training(*a, callbacks=[Diverge(), Keep()], **k))
         keras.config.set_dtype_policy("float32")
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
@@ -100,7 +100,7 @@ def test_windows_overlap_by_one_and_only_the_last_is_padded():
 
 
 def test_padding_changes_neither_the_loss_nor_the_perplexity(trained):
-    from attnlayers.applications.core.metrics import Perplexity
+    from attnlayers.applications.core.training.metrics import Perplexity
 
     *_, model, _ = trained
     rng = np.random.default_rng(0)
@@ -114,7 +114,7 @@ def test_padding_changes_neither_the_loss_nor_the_perplexity(trained):
 
     def scores(x, y):
         logits = keras.ops.convert_to_numpy(model(x))
-        loss = float(recipes.causal_lm_loss()(y, logits, sample_weight=weights))
+        loss = float(runs.causal_lm_loss()(y, logits, sample_weight=weights))
         metric = Perplexity()
         metric.update_state(y, logits, sample_weight=weights)
         return loss, float(metric.result()), logits
@@ -133,7 +133,7 @@ def test_padding_changes_neither_the_loss_nor_the_perplexity(trained):
 
 
 def test_run_reports_exact_held_out_perplexity_beside_the_baseline(trained):
-    from attnlayers.applications.core.corpora import split_documents
+    from attnlayers.applications.core.inputs.corpora import split_documents
     from attnlayers.applications.gpt import GPT2Tokenizer
 
     out, printed, model, corpus = trained
@@ -215,7 +215,8 @@ def test_checkpoint_loads_back_with_the_same_logits(trained):
                                atol=1e-5)
 
 
-# An interrupted run's resume: tests/test_resume_examples.py (the script SIGKILLed and resumed, in both backends).
+# An interrupted run's resume: tests/applications/test_resume_examples.py (the script SIGKILLed and resumed, in both
+# backends).
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -3,9 +3,6 @@ cannot be imported; agrees with in-process translation; empty, unknown, too-long
 empty batches give sensible outputs and flags."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import keras
@@ -17,15 +14,15 @@ from attnlayers.applications import nmt
 from attnlayers.applications.nmt import evaluate
 from attnlayers.applications.nmt.export import export_translator
 from attnlayers.applications.nmt.model import build_model
+from model_harness import serve_alone
 
 LENGTH = 12
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    for name in ("attnlayers", "keras", "keras_hub"):
-        sys.modules[name] = None  # any import of them fails
+    hide("attnlayers", "keras", "keras_hub")  # noqa: F821  (serve_alone's prelude): any import of them fails
     import tensorflow as tf
-    del sys.modules["keras"]  # tensorflow_text imports keras itself (tf.keras); attnlayers stays blocked
+    unhide("keras")  # noqa: F821  tensorflow_text imports keras itself (tf.keras); attnlayers stays blocked
     import tensorflow_text  # noqa: F401  registers the SentencePiece ops
     texts = json.loads(sys.argv[2])
     translator = tf.saved_model.load(sys.argv[1])
@@ -65,18 +62,14 @@ def test_translate_signature_serves_without_attnlayers(task, tmp_path, name):
     model((ids, ids))
     beam = BeamSearch(3, alpha=0.6)
     path = str(tmp_path / name)
-    export_translator(path, model, tokenizers, strategy=beam, max_source_length=LENGTH, max_length=LENGTH)
+    export_translator(path, model, tokenizers, search=beam, max_source_length=LENGTH, max_length=LENGTH)
 
     long_sentence = " ".join(pairs.source[:5])  # ~30 words > LENGTH
     texts = [pairs.source[0], "", "   ", "qqq zzz ÄÖÜ 😀 " + pairs.source[1], long_sentence, pairs.source[2]]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
-    run = subprocess.run([sys.executable, "-c", SCRIPT, path, json.dumps(texts)], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    served = json.loads(run.stdout.strip().splitlines()[-1])
+    served = serve_alone(SCRIPT, path, json.dumps(texts), cwd=tmp_path)
 
     expected = evaluate.translate(model, tokenizers, texts, max_source_length=LENGTH, max_length=LENGTH,
-                                  strategy=beam, warn_truncation=False)
+                                  search=beam, warn_truncation=False)
     assert served["translation"] == expected
     assert served["empty"] == [False, True, True, False, False, False]
     assert served["translation"][1] == served["translation"][2] == ""
@@ -98,7 +91,7 @@ def test_export_refuses_other_backends_and_keeps_sampling_seeded(task, tmp_path)
     model((ids, ids))
     from attnlayers import Sampling
 
-    module = export_translator(str(tmp_path / "sample"), model, tokenizers, strategy=Sampling(temperature=1.5),
+    module = export_translator(str(tmp_path / "sample"), model, tokenizers, search=Sampling(temperature=1.5),
                                max_source_length=LENGTH, max_length=LENGTH, jit_compile=False)
     text = tf.constant(list(pairs.source[:4]))
     first = module.translate(text, tf.constant(5))["translation"].numpy()

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 from attnlayers import ScheduledSampler
-from attnlayers.applications.core.exposure_bias import exposure_bias
+from attnlayers.applications.core.evaluation.exposure_bias import exposure_bias
 from attnlayers.applications.nmt.model import RNNSeq2Seq, TransformerTranslator, build_model
 from attnlayers.applications.nmt.tokenizer import PAD_ID, START_ID
 from keras import ops

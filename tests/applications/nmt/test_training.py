@@ -1,11 +1,11 @@
 """The NMT application's training names are the shared core's (their tests: tests/applications/core/), and its
-recipes are defined once: each model's default is its best measured recipe."""
+variants are defined once (nmt.variants): each model's default is its best measured variant."""
 
 import pytest
 
 from attnlayers.applications import core, nmt
 from attnlayers.applications.nmt import model as nmt_model
-from attnlayers.applications.nmt import recipes
+from attnlayers.applications.nmt import variants
 
 
 def test_nmt_reexports_the_core_classes():
@@ -15,23 +15,23 @@ def test_nmt_reexports_the_core_classes():
 
 
 def test_default_recipes_are_the_best_measured():
-    assert recipes.get_variant("transformer").name == "budgeted"
-    budgeted = recipes.TRANSFORMER_VARIANTS["budgeted"]
+    assert variants.get_variant("transformer").name == "budgeted"
+    budgeted = variants.TRANSFORMER_VARIANTS["budgeted"]
     assert budgeted.model["normalize_first"] and budgeted.model["num_layers"] == 2 and budgeted.model["dropout"] == 0.1
     assert budgeted.selection == {"monitor": "val_loss", "average": 1} and budgeted.optimizer["peak"] == 1.6e-3
-    assert recipes.TRANSFORMER_VARIANTS["lowres"].selection == {"monitor": "val_accuracy", "average": 3}
-    assert all(recipes.get_variant(name).name == "base" for name in recipes.RNN_MODELS)
+    assert variants.TRANSFORMER_VARIANTS["lowres"].selection == {"monitor": "val_accuracy", "average": 3}
+    assert all(variants.get_variant(name).name == "base" for name in variants.RNN_MODELS)
     with pytest.raises(ValueError, match="Unknown variant 'lowres' for model 'bahdanau'"):
-        recipes.get_variant("bahdanau", "lowres")
+        variants.get_variant("bahdanau", "lowres")
     with pytest.raises(ValueError, match="model_name"):
-        recipes.variants("gpt")
+        variants.variants("gpt")
 
 
 @pytest.mark.parametrize("name, variant", [("transformer", "lowres"), ("transformer", "budgeted"), ("luong", "tiny")])
 def test_build_recipe_compiles_the_model_and_its_callbacks(name, variant):
-    model, callbacks = recipes.build_recipe(name, 40, 40, variant, max_length=12, shared_embeddings=True,
+    model, callbacks = variants.build_recipe(name, 40, 40, variant, max_length=12, shared_embeddings=True,
                                             minutes=2)
-    recipe = recipes.get_variant(name, variant)
+    recipe = variants.get_variant(name, variant)
     best = callbacks[-1]
     assert model.compiled and isinstance(best, core.BestWeights)
     assert (best.monitor, best.average) == (recipe.selection["monitor"], recipe.selection["average"])

@@ -6,10 +6,7 @@ of any size without attnlayers, with the in-process probabilities; and with --mo
 
 import importlib.util
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import textwrap
 
 import keras
@@ -19,6 +16,7 @@ import pytest
 from attnlayers.applications.vision import ViT, ViTConfig, from_keras_hub
 from attnlayers.applications.vision.cnn import ConvNet, ConvNetConfig
 from attnlayers.applications.vision.data import digits, random_shift, triangle_colour_shared, triangle_colours
+from model_harness import run_model_test
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 TINY = dict(image_shape=(8, 8, 1), patch_size=2, num_classes=10, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32)
@@ -64,7 +62,7 @@ def test_pooling_and_attention_maps(rng):
 
 def test_pictures_read_what_the_pooling_reads(rng):
     from attnlayers import attention_rollout
-    from attnlayers.applications.vision.recipes import pooled_attention
+    from attnlayers.applications.vision.runs import pooled_attention
 
     images = rng.uniform(size=(2, 8, 8, 1)).astype("float32")
     for pooling in ("token", "mean"):
@@ -90,16 +88,6 @@ def test_bad_input_is_named():
         ViTConfig.preset("h14")
 
 
-def test_keras_file_round_trip(tmp_path, rng):
-    model = ViT(ViTConfig(**{**TINY, "pooling": "mean"}))
-    images = rng.uniform(size=(2, 8, 8, 1)).astype("float32")
-    model.save(tmp_path / "vit.keras")
-    loaded = keras.saving.load_model(tmp_path / "vit.keras")
-    assert loaded.config == model.config
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)), keras.ops.convert_to_numpy(model(images)),
-                               atol=1e-6)
-
-
 def test_digits_and_shifts():
     splits = digits(seed=0)
     assert [len(s[0]) for s in (splits.train, splits.validation, splits.test)] == [1258, 180, 359]
@@ -111,7 +99,7 @@ def test_digits_and_shifts():
 
 
 def test_triangle_colours_label_the_one_triangle():
-    from attnlayers.applications.core.scenes import COLOURS, draw_scenes
+    from attnlayers.applications.core.inputs.scene_images import COLOURS, draw_scenes
     from attnlayers.applications.vision.data import _one_triangle
 
     splits = triangle_colours(60, 10, 10, seed=3)
@@ -134,7 +122,7 @@ def test_triangle_colours_label_the_one_triangle():
 
 
 def test_triangle_colour_shared_says_whether_another_shape_shares_it():
-    from attnlayers.applications.core.scenes import draw_scenes
+    from attnlayers.applications.core.inputs.scene_images import draw_scenes
     from attnlayers.applications.vision.data import _one_triangle_shared
 
     splits = triangle_colour_shared(400, 10, 10, seed=4)
@@ -164,8 +152,7 @@ def test_cnn_baseline_sizes_and_bad_config(rng):
 SERVE = textwrap.dedent(
     """
     import json, sys
-    for name in ("attnlayers", "keras", "keras_hub"):
-        sys.modules[name] = None  # any import of them fails
+    hide("attnlayers", "keras", "keras_hub")  # noqa: F821  (serve_alone's prelude): any import of them fails
     import numpy as np, tensorflow as tf
     classifier = tf.saved_model.load(sys.argv[1])
     images = np.load(sys.argv[2])
@@ -219,25 +206,33 @@ def test_train_vit_example_cnn_on_scenes(tmp_path):
         script.parse_args(["--filters", "4,x"])
 
 
-def test_saved_model_serves_without_attnlayers(tmp_path, rng):
+def test_passes_the_model_harness(tmp_path, rng):
+    """Config and .keras round trips, and the classify SavedModel served without attnlayers, keras or keras_hub:
+    uint8 images of any size (gray or RGB) in, the in-process probabilities and class names out."""
     from attnlayers.applications.vision import export_classifier
 
-    keras.utils.set_random_seed(5)
-    model = ViT(ViTConfig(**TINY))
-    path = export_classifier(str(tmp_path / "vit"), model, [f"digit {i}" for i in range(10)])
     images = rng.integers(0, 256, size=(6, 8, 8, 1)).astype("uint8")
-    np.save(tmp_path / "images.npy", images)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
-    run = subprocess.run([sys.executable, "-c", SERVE, path, str(tmp_path / "images.npy")], capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    served = json.loads(run.stdout.strip().splitlines()[-1])
-    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(images.astype("float32") / 255.0)))
-    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
-    assert served["names"] == [f"digit {i}" for i in expected.argmax(-1)]
-    assert served["big"] == [6, 10]  # 32 x 32 images, resized to the model's 8 x 8
-    np.testing.assert_allclose(served["rgb"], expected, atol=1e-3)  # RGB images: luma, within rounding
-    assert served["empty"] == [0, 10]
-    assert "1 (gray) or 3 (RGB) channels" in served["refused"]
+    names = [f"digit {i}" for i in range(10)]
+
+    def make():
+        keras.utils.set_random_seed(5)
+        return ViT(ViTConfig(**{**TINY, "pooling": "mean"}))  # not the default: the config must carry it
+
+    def export(model, path):
+        export_classifier(path, model, names)
+        np.save(tmp_path / "images.npy", images)
+        return [tmp_path / "images.npy"]
+
+    def check(model, served):
+        expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(images.astype("float32") / 255.0)))
+        np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
+        assert served["names"] == [f"digit {i}" for i in expected.argmax(-1)]
+        assert served["big"] == [6, 10]  # 32 x 32 images, resized to the model's 8 x 8
+        np.testing.assert_allclose(served["rgb"], expected, atol=1e-3)  # RGB images: luma, within rounding
+        assert served["empty"] == [0, 10]
+        assert "1 (gray) or 3 (RGB) channels" in served["refused"]
+
+    model = run_model_test(make, images.astype("float32") / 255.0, tmp_path, saved_model=(export, SERVE, check))
+    assert model.config == ViT.from_config(model.get_config()).config
     with pytest.raises(ValueError, match="must name the model's 10 classes"):
         export_classifier(str(tmp_path / "bad"), model, ["a", "b"])

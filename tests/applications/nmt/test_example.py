@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_nmt.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "examples" / "train_nmt.py"
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
@@ -139,7 +139,7 @@ def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
 
 
 def test_epochs_and_minutes_follow_the_shared_budget_rule(script):
-    from attnlayers.applications.core.cli import UNBOUNDED_EPOCHS
+    from attnlayers.applications.core.runs.cli import UNBOUNDED_EPOCHS
 
     assert script.parse_args([]).epochs == 10  # the default, no budget
     minutes = script.parse_args(["--minutes", "1"])

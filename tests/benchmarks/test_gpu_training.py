@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_training.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_training.py"
 # The gpt part runs in test_isolated_sides_and_their_profiles (each side in its own process).
 ROWS = {("bert", "fit"), ("bert", "train_on_batch"), ("generate", "generate, batch 1"), ("generate", "generate, batch 8")}
 

@@ -5,15 +5,13 @@ strings out with a keras-hub WordPiece tokenizer, a seed input for sampling (no 
 and the loaded SavedModel take keyword arguments; path=None builds the module without saving it, for the caller to
 extend and save once. The model is the GPT application's."""
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
+from model_harness import serve_alone
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="SavedModel export is TensorFlow-only"
@@ -51,8 +49,7 @@ SEED = 17
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    for name in ("attnlayers", "keras", "keras_hub"):
-        sys.modules[name] = None  # any import of them fails
+    hide("attnlayers", "keras", "keras_hub")  # noqa: F821  (serve_alone's prelude): any import of them fails
     import tensorflow as tf
     ids_dir, text_dir, sample_dir = sys.argv[1:4]
     ids = tf.constant({ids}, tf.int32)
@@ -61,7 +58,7 @@ SCRIPT = textwrap.dedent(
         token_ids=ids, padding_mask=ids != 0, seed=tf.constant({seed}))
     result = {{"ids": {{k: v.numpy().tolist() for k, v in out.items()}},
               "sample": sample["token_ids"].numpy().tolist()}}
-    del sys.modules["keras"]  # tensorflow_text imports keras itself (tf.keras); attnlayers stays blocked
+    unhide("keras")  # noqa: F821  tensorflow_text imports keras itself (tf.keras); attnlayers stays blocked
     import tensorflow_text  # registers the tokenizer ops
     text = tf.saved_model.load(text_dir).signatures["generate"](text=tf.constant({texts}))
     result["text"] = [s.decode() for s in text["text"].numpy().tolist()]
@@ -105,13 +102,7 @@ def exported(tmp_path_factory):
 def test_generate_signature_round_trips_without_attnlayers(exported):
     paths, expected, _ = exported
     script = SCRIPT.format(ids=IDS.tolist(), seed=SEED, texts=TEXTS)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
-    run = subprocess.run(
-        [sys.executable, "-c", script, paths["ids"], paths["text"], paths["sample"]],
-        capture_output=True, text=True, timeout=300, cwd=os.path.dirname(paths["ids"]), env=env,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    loaded = serve_alone(script, paths["ids"], paths["text"], paths["sample"], cwd=os.path.dirname(paths["ids"]))
 
     # Token ids in, token ids and scores out: cached beam search with t = 2 and a length penalty.
     ids, beam = loaded["ids"], expected["ids"]
@@ -238,10 +229,10 @@ def test_settings_stop_sequences_and_left_truncation_on_token_ids():
                                top_p=tf.constant(top_p), seed=tf.constant(seed),
                                max_new_tokens=tf.constant(max_new_tokens))
 
-    for settings, strategy in [((0.0, 0, 1.0), "greedy"), ((1.5, 4, 1.0), Sampling(1.5, top_k=4)),
-                               ((1.0, 0, 0.9), Sampling(top_p=0.9))]:
+    for settings, search in [((0.0, 0, 1.0), "greedy"), ((1.5, 4, 1.0), Sampling(1.5, top_k=4)),
+                             ((1.0, 0, 0.9), Sampling(top_p=0.9))]:
         out = call(*settings, SEED, 100)
-        expected = generate(lm.next, fed, LENGTH, strategy, cache=lm.initial_cache(fed, fed != 0, LENGTH),
+        expected = generate(lm.next, fed, LENGTH, search, cache=lm.initial_cache(fed, fed != 0, LENGTH),
                             prompt_mask=fed != 0, stop_token_ids=[END], seed=SEED, stop_sequences=stop)
         np.testing.assert_array_equal(out["token_ids"].numpy(), np.asarray(expected.tokens), err_msg=str(settings))
         np.testing.assert_array_equal(out["lengths"].numpy(), np.asarray(expected.lengths))
@@ -262,7 +253,7 @@ def test_bad_settings_arguments():
     def step(t, c, i):
         return t, c
 
-    with pytest.raises(ValueError, match=r"settings=True.*strategy.*BeamSearch"):
+    with pytest.raises(ValueError, match=r"settings=True.*search.*BeamSearch"):
         export_generate(None, step, 4, BeamSearch(2), settings=True)
     with pytest.raises(ValueError, match=r"truncation=\"left\".*input_length=None"):
         export_generate(None, step, 4, truncation="left")
@@ -282,7 +273,7 @@ def test_options_object():
 
     options = GenerateExportOptions(LENGTH, "top_k", stop_token_ids=END, stop_sequences=[[7, 7]])
     assert options.stop_token_ids == (END,) and options.stop_sequences == ((7, 7),) and options.stochastic
-    assert isinstance(options.strategy, Sampling) and options.fitted_length is None
+    assert isinstance(options.search, Sampling) and options.fitted_length is None
     with pytest.raises(AttributeError):
         options.max_length = 3
     assert GenerateExportOptions.of(options) is options
@@ -292,7 +283,7 @@ def test_options_object():
     assert [name for name, _ in signature_of(GenerateExportOptions(LENGTH, settings=True))] == [
         "token_ids", "padding_mask", "temperature", "top_k", "top_p", "seed", "max_new_tokens"]
     for fields, match in [(dict(max_length=0), "max_length=0"), (dict(input_length=-1), "input_length=-1"),
-                          (dict(settings=True, strategy=BeamSearch(2)), "settings=True"),
+                          (dict(settings=True, search=BeamSearch(2)), "settings=True"),
                           (dict(truncation="left"), "truncation"), (dict(stop_strings=["x"]), "needs a `tokenizer`"),
                           (dict(stop_sequences=[[-1]]), "stop_sequences"),
                           (dict(source_spec="images"), "source_spec")]:
@@ -300,6 +291,12 @@ def test_options_object():
             GenerateExportOptions(**fields)
     with pytest.raises(ValueError, match="options"):
         GenerateExportOptions.of({"max_length": 4})
+    with pytest.warns(DeprecationWarning, match="`strategy=` is deprecated; use `search=`"):  # the old keyword
+        assert GenerateExportOptions(LENGTH, strategy="top_k").search.get_config() == options.search.get_config()
+    with pytest.warns(DeprecationWarning, match="`strategy=` is deprecated"):
+        assert not GenerateExportOptions.of(options, strategy="greedy").stochastic
+    with pytest.warns(DeprecationWarning, match=r"\.strategy is deprecated; use \.search"):
+        assert options.strategy is options.search
     with pytest.raises(ValueError, match="max_length"):  # required to export
         export_generate(None, lambda t, c, i: (t, c))
 
@@ -311,7 +308,7 @@ def test_options_object():
                      tf.TensorSpec((None, None), tf.bool, name="padding_mask"),
                      tf.TensorSpec((), tf.int32, name="seed")), {})
     out = built.generate(token_ids=tf.constant(IDS), padding_mask=tf.constant(IDS != 0), seed=tf.constant(SEED))
-    expected = generate(lm.next, IDS, LENGTH, options.strategy, cache=lm.initial_cache(IDS, IDS != 0, LENGTH),
+    expected = generate(lm.next, IDS, LENGTH, options.search, cache=lm.initial_cache(IDS, IDS != 0, LENGTH),
                         prompt_mask=IDS != 0, stop_token_ids=[END], seed=SEED, stop_sequences=[[7, 7]])
     np.testing.assert_array_equal(out["token_ids"], np.asarray(expected.tokens))
 

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "scheduled_sampling.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "scheduled_sampling.py"
 
 
 def _script():
@@ -53,11 +53,11 @@ def test_bad_flags(argv, message, capsys):
 def test_exposure_length_stays_within_the_models_limit():
     """The Transformer generates at most its position table (48 here): the exposure bias is measured over 48 steps,
     not the 49 (48 reference tokens + the start token) that crashed the first 20-minute Transformer pair."""
-    from attnlayers.applications.nmt import recipes
+    from attnlayers.applications.nmt import variants
 
     script = _script()
-    transformer, _ = recipes.build_recipe("transformer", 40, 40, "tiny", max_length=script.NMT_MAX_LENGTH,
+    transformer, _ = variants.build_recipe("transformer", 40, 40, "tiny", max_length=script.NMT_MAX_LENGTH,
                                           shared_embeddings=True)
-    rnn, _ = recipes.build_recipe("luong", 40, 40, "tiny")
+    rnn, _ = variants.build_recipe("luong", 40, 40, "tiny")
     assert script.exposure_length(transformer, script.NMT_MAX_LENGTH + 1) == script.NMT_MAX_LENGTH
     assert script.exposure_length(rnn, script.NMT_MAX_LENGTH + 1) == script.NMT_MAX_LENGTH + 1
