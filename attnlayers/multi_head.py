@@ -141,8 +141,10 @@ class MultiHeadAttention(keras.layers.Layer):
             (``RelativePositionBias``, ``ALiBi``).
         implementation: how attention is computed, each route the same function, masks included: "exact" (the
             (B, N, T, S) weights; the only route for returned scores, caches, other scores and the override points),
-            "chunked" (blocks with the online softmax, every backend), "fused" (the backend's kernel: JAX) or
-            "auto" (default: "fused" where cuDNN takes the call, else "chunked" from T >= 4096, else "exact").
+            "chunked" (blocks with the online softmax, every backend), "fused" (the backend's kernel: JAX), "flash"
+            (a Pallas kernel for JAX on a GPU that keeps the attention dropout: :mod:`attnlayers.flash_dropout`) or
+            "auto" (default: "fused" where cuDNN takes the call, else "chunked" from T >= 4096, else "exact";
+            not "flash" until its kernels have run on a GPU).
             What each needs and refuses: :mod:`attnlayers.routes` and docs/attention-implementations.md;
             :meth:`attention_implementation` predicts a call's route, :attr:`last_attention` records it.
         memory_efficient: the older alias: True is "chunked", False "exact" (kept so that saved configs load).
@@ -355,10 +357,10 @@ class MultiHeadAttention(keras.layers.Layer):
         q = self._rotate(q, start)
         attention_mask = masking.keras_attention_mask(attention_mask)
         route = routes.choose(self._route_call(q.shape[1], k.shape[1], q.dtype, return_attention_scores,
-                                               cache is not None, training, attention_mask))
+                                               cache is not None, training, attention_mask, attention_bias))
         self._last_attention = AttentionRoute(route)  # the fused route adds its kernel
         heads = scores = None
-        if route != "exact":  # the chunked or fused kernel (attnlayers.routes)
+        if route != "exact":  # the chunked, fused or flash kernel (attnlayers.routes)
             heads, mask = self._attend_blocked(route, q, k, v, (query_mask, value_mask, key_mask, attention_mask),
                                                use_causal_mask, start, training, attention_bias)
         if heads is None:  # the exact route (or the fused route's fallback where cuDNN refused the call)
@@ -416,20 +418,21 @@ class MultiHeadAttention(keras.layers.Layer):
 
     @property
     def implementation(self):
-        """The ``implementation`` option: "auto", "exact", "chunked" or "fused"."""
+        """The ``implementation`` option: "auto", "exact", "chunked", "fused" or "flash"."""
         return self._implementation
 
     @property
     def last_attention(self):
-        """An :class:`AttentionRoute`: the route, the fused route's kernel ("cudnn" or "xla") and any fallback of
-        the layer's latest call (None before the first), recorded when the call runs in Python: each eager call
-        and each trace of a compiled function, not its later runs (docs/attention-implementations.md)."""
+        """An :class:`AttentionRoute`: the route, its kernel (fused: "cudnn" or "xla"; flash: "triton" or
+        "interpret") and any fallback of the layer's latest call (None before the first), recorded when the call
+        runs in Python: each eager call and each trace of a compiled function, not its later runs
+        (docs/attention-implementations.md)."""
         return self._last_attention
 
     def attention_implementation(self, query_length, key_length, *, dtype=None, return_attention_scores=False,
                                  cached=False, training=False):
-        """The route, "exact", "chunked" or "fused", that a call of T queries and S keys (None when not static) in
-        ``dtype`` (default: the layer's) with these arguments takes (``cached``: a cache is passed), e.g.
+        """The route, "exact", "chunked", "fused" or "flash", that a call of T queries and S keys (None when not
+        static) in ``dtype`` (default: the layer's) with these arguments takes (``cached``: a cache is passed), e.g.
         ``layer.attention_implementation(1024, 1024, dtype="bfloat16", training=True)``; a ValueError saying why
         where ``implementation`` names a route that cannot compute it. A prediction (:func:`attnlayers.routes.choose`):
         cuDNN may refuse a call while it is traced; :attr:`last_attention` records what a call took.
@@ -438,7 +441,7 @@ class MultiHeadAttention(keras.layers.Layer):
                                               return_attention_scores, cached, training))
 
     def _route_call(self, query_length, key_length, dtype, return_attention_scores, cached, training,
-                    attention_mask=None):
+                    attention_mask=None, attention_bias=None):
         """The :class:`attnlayers.routes.Call` of this layer and a call's sizes and arguments."""
         position_bias = self._hooks.position_bias
         return routes.Call(
@@ -450,6 +453,7 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout=self._dropout if (training and self._dropout_layer is not None) else 0.0,
             return_attention_scores=return_attention_scores, cached=cached,
             per_head_mask=attention_mask is not None and len(attention_mask.shape) == 4,
+            attention_bias=attention_bias is not None,
         )
 
     def _attend_blocked(self, route, query, key, value, masks, use_causal_mask, start, training, attention_bias):

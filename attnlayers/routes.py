@@ -6,7 +6,10 @@ Every route computes the same function, masks included, and gives a query that s
 
 - "exact": the layer's own ``_compute_attention`` (its override points), the (B, N, T, S) logits and weights;
 - "chunked": :func:`attnlayers.chunked.chunked_attention`, the queries and keys in blocks with the online softmax;
-- "fused": :func:`attnlayers.fused.fused_attention`, the backend's kernel (``jax.nn.dot_product_attention``).
+- "fused": :func:`attnlayers.fused.fused_attention`, the backend's kernel (``jax.nn.dot_product_attention``);
+- "flash": :func:`attnlayers.flash_dropout.flash_attention`, a Pallas (Triton) flash-attention kernel for JAX on a
+  GPU that draws the attention dropout inside the kernel (taken when named: "auto" does not take it until it has run
+  on a GPU; :data:`FLASH_INTERPRET` runs it in Pallas' interpreter where no GPU is).
 
 :data:`ROUTES` is the table: for each route the conditions it needs (each says why a call fails it, or None),
 whether ``implementation="auto"`` takes it for a call it can compute, and the function that computes it from a
@@ -16,6 +19,7 @@ in a :class:`Problem` (:func:`attend`); nothing here calls back into the layer.
 """
 
 import dataclasses
+import os
 import warnings
 
 import keras
@@ -24,7 +28,11 @@ from keras import backend, ops
 from attnlayers import chunked, fused, masking
 
 #: The values of ``MultiHeadAttention(implementation=...)``.
-IMPLEMENTATIONS = ("auto", "exact", "chunked", "fused")
+IMPLEMENTATIONS = ("auto", "exact", "chunked", "fused", "flash")
+
+#: The environment variable that lets ``implementation="flash"``, named explicitly, run its kernels in Pallas'
+#: interpreter where JAX has no GPU ("1"): slow, for tests on a CPU. "auto" never takes the interpreter.
+FLASH_INTERPRET = "ATTNLAYERS_FLASH_INTERPRET"
 
 # "auto" takes the chunked route when the query length T is at least CHUNKED_MIN_LENGTH (T and S static), where the
 # exact route's (B, N, T, S) logits and weights (4 N T S bytes per live copy) outgrow the chunked route's
@@ -69,7 +77,19 @@ def loadable_implementation(implementation):
     kernel (a model trained under JAX, exported under TensorFlow): every route computes the same function."""
     if implementation == "fused" and fused.kernel("bfloat16", 8, explicit=True) is None:
         return "auto"
+    if implementation == "flash" and flash_kernel() is None:
+        return "auto"
     return implementation
+
+
+def flash_kernel():
+    """How the flash route runs here: "triton" (JAX on a GPU), "interpret" (JAX elsewhere with
+    :data:`FLASH_INTERPRET` set to "1": Pallas' interpreter) or None (not here)."""
+    if keras.backend.backend() != "jax":
+        return None
+    if fused.platform() == "gpu":
+        return "triton"
+    return "interpret" if os.environ.get(FLASH_INTERPRET) == "1" else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,9 +97,10 @@ class AttentionRoute:
     """What computed a :class:`MultiHeadAttention` call (:attr:`MultiHeadAttention.last_attention`).
 
     Attributes:
-        route: "exact", "chunked" or "fused": the route that computed the call.
+        route: "exact", "chunked", "fused" or "flash": the route that computed the call.
         kernel: on the fused route, the implementation of ``jax.nn.dot_product_attention`` that took the call:
-            "cudnn" (cuDNN's flash attention accepted it: its custom call is in the traced program) or "xla";
+            "cudnn" (cuDNN's flash attention accepted it: its custom call is in the traced program) or "xla"; on the
+            flash route "triton" (the Pallas kernel compiled for the GPU) or "interpret" (Pallas' interpreter);
             None on the other routes.
         fallback: None, or why the kernel the ``implementation`` option asks for did not compute the call and what
             did instead (the text of the warning it gave).
@@ -105,6 +126,7 @@ class Call:
         dropout: the layer's attention dropout rate where it applies to this call (training), else 0.
         return_attention_scores, cached, per_head_mask: the call returns its weights, has a cache, has a
             (B, N, T, S) attention mask.
+        attention_bias: the call passes an ``attention_bias``.
     """
 
     implementation: str
@@ -123,6 +145,7 @@ class Call:
     return_attention_scores: bool = False
     cached: bool = False
     per_head_mask: bool = False
+    attention_bias: bool = False
 
     @property
     def option(self):
@@ -219,11 +242,42 @@ def _a_fused_kernel(call):
     return f"no cuDNN kernel for {backend.standardize_dtype(call.dtype)} heads of {call.key_dim} here"
 
 
+def _no_attention_bias(call):
+    if call.attention_bias:
+        return "it adds no bias to the logits; received an attention_bias"
+    return None
+
+
+def _static_lengths(call):
+    if call.query_length is None or call.key_length is None:
+        return ("its kernels are compiled for the lengths; received query and key lengths "
+                f"{call.query_length} and {call.key_length}")
+    return None
+
+
+def _a_flash_kernel(call):
+    if backend.standardize_dtype(call.dtype) not in ("float32", "float16", "bfloat16"):
+        return f"its kernel takes float32, float16 or bfloat16; received {backend.standardize_dtype(call.dtype)}"
+    if flash_kernel() is not None:
+        return None
+    if keras.backend.backend() != "jax":
+        return f"it is a Pallas kernel for JAX; the backend is {keras.backend.backend()}"
+    return (f"its Pallas kernel runs on a GPU (Triton) and the JAX device is a {fused.platform()}; set the "
+            f"environment variable {FLASH_INTERPRET}=1 to run it in Pallas' interpreter (slow: for tests)")
+
+
 _BLOCKED = (_dot_score, _no_returned_scores, _no_override, _one_mask_for_all_heads)
 
 
 def _always(call):
     return True
+
+
+def _not_yet(call):
+    """"auto" does not take the flash route yet: its kernels have passed in Pallas' interpreter and lower to
+    Triton, but have not run on a GPU (benchmarks/README.md, "A flash-attention kernel that keeps dropout"); name
+    it (``implementation="flash"``) to use it."""
+    return False
 
 
 def _long_queries(call):
@@ -273,6 +327,19 @@ def _fused(problem):
     return heads, AttentionRoute("fused" if kernel else "exact", kernel, fallback)
 
 
+def _flash(problem):
+    """dropout(softmax(Q K^T / sqrt(d_k))) V (eq. 1) through the Pallas kernel of :mod:`attnlayers.flash_dropout`,
+    the dropout mask drawn inside it from this call's seed (a fresh one each training step)."""
+    from attnlayers import flash_dropout  # imports JAX's Pallas: only when the route runs
+
+    kernel = flash_kernel()
+    seed = problem.seed_generator.next() if problem.dropout > 0 else None
+    heads = flash_dropout.flash_attention(problem.query, problem.key, problem.value, scale=problem.scale,
+                                          dropout_rate=problem.dropout, seed=seed, interpret=kernel == "interpret",
+                                          **problem.structure)
+    return heads, AttentionRoute("flash", kernel)
+
+
 def _fall_back(problem, reason, route):
     """Warns, once per process for each message, that cuDNN does not take a call and what computes it instead
     (XLA's implementation on the fused route, or the exact route); returns the message."""
@@ -306,6 +373,8 @@ class Route:
 #: The routes, in the order "auto" tries them.
 ROUTES = {
     "fused": Route(_BLOCKED + (_no_attention_dropout, _a_fused_kernel), _always, _fused),
+    "flash": Route(_BLOCKED + (_no_position_bias_hook, _no_attention_bias, _static_lengths, _a_flash_kernel),
+                   _not_yet, _flash),
     "chunked": Route(_BLOCKED + (_no_position_bias_hook,), _long_queries, _chunked),
     "exact": Route((), _always),
 }

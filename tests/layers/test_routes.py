@@ -48,3 +48,23 @@ def test_a_new_route_is_one_entry_and_one_function(monkeypatch):
     got = layer(x, x, use_causal_mask=True)
     assert layer.last_attention == AttentionRoute("blocks") and len(problems) == 1
     np.testing.assert_allclose(ops.convert_to_numpy(got), ops.convert_to_numpy(expected), atol=1e-5)
+
+
+def test_flash_runs_when_named_and_auto_does_not_take_it_yet(monkeypatch):
+    """The flash route computes a call when named where its kernel runs; "auto" does not take it (not yet run on a
+    GPU), in Pallas' interpreter never; it refuses what its kernel does not compute, by reason."""
+    monkeypatch.setattr(routes, "flash_kernel", lambda: "triton")  # JAX on a GPU
+    assert routes.choose(_call(implementation="flash", dropout=0.1)) == "flash"
+    assert routes.choose(_call(dropout=0.1)) == "exact"
+    assert routes.choose(_call(dropout=0.1, query_length=routes.CHUNKED_MIN_LENGTH)) == "chunked"
+    assert routes.refusal("flash", _call(attention_bias=True)) == "it adds no bias to the logits; received an " \
+                                                                  "attention_bias"
+    assert routes.refusal("flash", _call(key_length=None)).startswith("its kernels are compiled for the lengths")
+    assert routes.loadable_implementation("flash") == "flash"
+    monkeypatch.setattr(routes, "flash_kernel", lambda: "interpret")  # no GPU, the interpreter allowed
+    assert routes.choose(_call(dropout=0.1)) == "exact"
+    assert routes.choose(_call(implementation="flash", dropout=0.1)) == "flash"
+    monkeypatch.setattr(routes, "flash_kernel", lambda: None)
+    with pytest.raises(ValueError, match="implementation='flash'.*the flash route cannot compute"):
+        routes.choose(_call(implementation="flash", dropout=0.1))
+    assert routes.loadable_implementation("flash") == "auto"  # a config saved on a GPU loads anywhere
