@@ -20,6 +20,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     maps hidden states to vocabulary logits with the same matrix, ``logits = h E^T (+ b)`` (Press & Wolf
     2017), for language-model heads.
 
+    ``vocabulary_padding=m`` rounds the table up to V_pad = ceil(V / m) m rows (nanoGPT and llm.c pad GPT-2's
+    50,257 to 50,304 = 393 x 128: GEMMs over a multiple of 64 / 128 columns run at the accelerator's full rate).
+    The padded rows are never looked up (ids < V) and the reversed projection returns the V real columns only,
+    so a padded id can never be scored, picked or sampled; ``token_embedding.embeddings`` is (V_pad, d).
+
     Args:
         vocabulary_size: number of tokens V.
         sequence_length: longest sequence (size of the learned position table).
@@ -30,6 +35,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         scale_embeddings: multiply token embeddings by sqrt(embedding_dim).
         output_bias: give the tied projection a (V,) bias.
         embeddings_initializer: initializer of the token, position and segment tables.
+        vocabulary_padding: round the token table up to a multiple of this many rows (1: no padding).
 
     Call arguments:
         inputs: token ids (B, T); or, with ``reverse=True``, hidden states (B, T, d).
@@ -38,7 +44,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         reverse: project hidden states to logits instead of embedding tokens.
 
     Returns:
-        (B, T, d) embeddings (with an implicit mask if ``mask_zero``), or (B, T, V) logits when reversed.
+        (B, T, d) embeddings (with an implicit mask if ``mask_zero``), or (B, T, V) logits when reversed (the
+        real V columns, whatever the padding).
 
     Example:
     >>> embed = TokenAndPositionEmbedding(8000, 256, 128, mask_zero=True)
@@ -57,12 +64,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         scale_embeddings=False,
         output_bias=False,
         embeddings_initializer="glorot_uniform",
+        vocabulary_padding=1,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.vocabulary_size = positive_int(vocabulary_size, "vocabulary_size")
         self.sequence_length = positive_int(sequence_length, "sequence_length")
         self.embedding_dim = positive_int(embedding_dim, "embedding_dim")
+        self.vocabulary_padding = positive_int(vocabulary_padding, "vocabulary_padding")
+        self.table_size = padded_size(self.vocabulary_size, self.vocabulary_padding)
         self.position = one_of(position, "position", _POSITIONS)
         self.num_segments = positive_int(num_segments, "num_segments", allow_none=True)
         self.mask_zero = mask_zero
@@ -72,7 +82,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.supports_masking = mask_zero
 
         self.token_embedding = keras.layers.Embedding(
-            vocabulary_size, embedding_dim, embeddings_initializer=self.embeddings_initializer,
+            self.table_size, embedding_dim, embeddings_initializer=self.embeddings_initializer,
             mask_zero=mask_zero, name="token_embedding", dtype=self.dtype_policy,
         )
         if position == "learned":
@@ -123,7 +133,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         return x
 
     def _project(self, hidden):
-        """logits = h E^T (+ b): the tied output projection (Press & Wolf 2017)."""
+        """logits = h E^T (+ b): the tied output projection (Press & Wolf 2017), its V real columns."""
         layout = f"(..., {self.embedding_dim}) hidden states with reverse=True"
         check_tensor(hidden, "inputs", layout)
         if len(hidden.shape) < 2:
@@ -131,6 +141,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         check_feature_size(hidden.shape, self.embedding_dim, "inputs", built_with="embedding_dim, with reverse=True")
         table = ops.cast(self.token_embedding.embeddings, hidden.dtype)
         logits = ops.matmul(hidden, ops.transpose(table))
+        if self.table_size != self.vocabulary_size:  # the padded rows' columns never leave the layer
+            logits = logits[..., :self.vocabulary_size]
         if self.output_bias:
             logits = logits + ops.cast(self.bias, logits.dtype)
         return logits
@@ -162,4 +174,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             "scale_embeddings": self.scale_embeddings,
             "output_bias": self.output_bias,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            "vocabulary_padding": self.vocabulary_padding,
         }
+
+
+def padded_size(vocabulary_size, multiple):
+    """V rounded up to a multiple of ``multiple``: ceil(V / m) m (50,257 and 128 -> 50,304)."""
+    return -(-vocabulary_size // multiple) * multiple

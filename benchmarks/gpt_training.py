@@ -14,7 +14,9 @@ initialization drawn after ``keras.utils.set_random_seed(seed)`` (ours: GPT-2's,
 1 / sqrt(2 n_layer); keras-hub's: N(0, 0.02) everywhere); the same compile: the recipe's loss (mean NLL over the
 real labels), token-weighted perplexity metric, AdamW (betas 0.9 / 0.95, weight decay 0.1 off biases, norms and
 embeddings, global norm clipping 1.0), learning rate warm-up + cosine to zero over the run's steps
-(``WarmupCosineDecay``), and the same ``jit_compile`` (--jit / --no-jit, stated in the results).
+(``WarmupCosineDecay``), and the same ``jit_compile`` (--jit / --no-jit, stated in the results). Two toggles of ours
+(stated in the results, and in the file names when set): --vocabulary-padding M (the output layer's vocabulary
+rounded up to a multiple of M) and --loss-chunk-size C (the chunked loss from the hidden states, C tokens a chunk).
 
 Step time: blocks of --block steps alternate between the two models (which goes first alternates too), so that
 machine noise hits both; the first block of each (compilation) is not timed. The ratio is ours / keras-hub over the
@@ -53,6 +55,10 @@ def parse_args(argv=None):
     parser.add_argument("--jit", dest="jit_compile", action="store_true", default=True,
                         help="compile both training steps with XLA (default)")
     parser.add_argument("--no-jit", dest="jit_compile", action="store_false")
+    parser.add_argument("--vocabulary-padding", type=int, default=1, metavar="M",
+                        help="ours: GPTConfig(vocabulary_padding=M) (default 1: none)")
+    parser.add_argument("--loss-chunk-size", type=int, default=None, metavar="C",
+                        help="ours: the chunked loss, C tokens a chunk (default: the loss from the logits)")
     parser.add_argument("--tokenizer", type=pathlib.Path, default=RESULTS / "tokenizer",
                         help="where the BPE is written (and read again by later runs of the same settings)")
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS)
@@ -86,7 +92,7 @@ def models(args, vocabulary_size, end, seed):
     sizes = {"num_layers": 2, "num_heads": 2, "hidden_dim": 128, "intermediate_dim": 512}
     keras.utils.set_random_seed(seed)
     ours = GPT(GPTConfig(vocabulary_size=vocabulary_size, max_sequence_length=args.sequence_length, dropout=0.0,
-                         end_token_id=end, pad_token_id=end, **sizes))
+                         end_token_id=end, pad_token_id=end, vocabulary_padding=args.vocabulary_padding, **sizes))
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.GPT2Backbone(vocabulary_size=vocabulary_size, dropout=0.0,
                                              max_sequence_length=args.sequence_length, **sizes)
@@ -94,14 +100,14 @@ def models(args, vocabulary_size, end, seed):
     return ours, hub
 
 
-def compile_same(model, args, steps):
+def compile_same(model, args, steps, chunk_size=None):
     from attnlayers.applications.core.training.metrics import Perplexity
     from attnlayers.applications.core.training.optimizers import decoupled_adamw
     from attnlayers.applications.core.training.schedules import WarmupCosineDecay
     from attnlayers.applications.gpt.runs import causal_lm_loss
 
     schedule = WarmupCosineDecay(args.learning_rate, steps, warmup_fraction=args.warmup_fraction)
-    model.compile(optimizer=decoupled_adamw(schedule, args.weight_decay), loss=causal_lm_loss(),
+    model.compile(optimizer=decoupled_adamw(schedule, args.weight_decay), loss=causal_lm_loss(chunk_size),
                   weighted_metrics=[Perplexity()], jit_compile=args.jit_compile)
 
 
@@ -130,8 +136,8 @@ def held_out_perplexity(model, windows, mask):
 
 def run(args, seed, steps, tokenizer, train, held):
     ours, hub = models(args, tokenizer.vocabulary_size, tokenizer.end_token_id, seed)
-    for model in (ours, hub):
-        compile_same(model, args, steps)
+    compile_same(ours, args, steps, args.loss_chunk_size)
+    compile_same(hub, args, steps)
     data = batches(*train, args.batch_size, steps, seed)
     seconds = {"ours": [], "keras_hub": []}
     named = (("ours", ours), ("keras_hub", hub))
@@ -153,6 +159,7 @@ def run(args, seed, steps, tokenizer, train, held):
         "seed": seed, "steps": steps, "batch_size": args.batch_size, "sequence_length": args.sequence_length,
         "vocabulary": tokenizer.vocabulary_size, "learning_rate": args.learning_rate,
         "warmup_fraction": args.warmup_fraction, "weight_decay": args.weight_decay, "jit_compile": args.jit_compile,
+        "vocabulary_padding": args.vocabulary_padding, "loss_chunk_size": args.loss_chunk_size,
         "parameters": {"ours": int(ours.count_params()), "keras_hub": int(hub.count_params())},
         "held_out_windows": len(held[0]), "held_out_tokens": int(held[1][:, 1:].sum()),
         "perplexity": {"ours": held_out_perplexity(ours, *held), "keras_hub": held_out_perplexity(hub, *held)},
@@ -171,7 +178,10 @@ def print_table(results):
           "(median block) | s/step ours, keras-hub |")
     print("|---|---|---|---|---|---|---|")
     for r in sorted(results, key=lambda r: (r["steps"], r["seed"])):
-        print(f"| {r['seed']} | {r['steps']} | {r['jit_compile']} | {r['perplexity']['ours']:.2f} | "
+        toggles = "".join(f", {name} {r[key]}" for key, name in (("vocabulary_padding", "pad"),
+                                                                  ("loss_chunk_size", "chunk"))
+                          if r.get(key) not in (None, 1))
+        print(f"| {r['seed']} | {r['steps']} | {r['jit_compile']}{toggles} | {r['perplexity']['ours']:.2f} | "
               f"{r['perplexity']['keras_hub']:.2f} | {r['step_time_ratio']:.3f} ({r['median_block_ratio']:.3f}) | "
               f"{r['step_seconds']['ours']:.3f}, {r['step_seconds']['keras_hub']:.3f} |")
 
@@ -190,7 +200,9 @@ def main(argv=None):
     for steps in args.steps:
         for seed in args.seeds:
             result = run(args, seed, steps, tokenizer, train, held)
-            path = args.results / f"seed{seed}-steps{steps}{'' if args.jit_compile else '-nojit'}.json"
+            toggles = (f"{'' if args.vocabulary_padding == 1 else f'-pad{args.vocabulary_padding}'}"
+                       f"{'' if args.loss_chunk_size is None else f'-chunk{args.loss_chunk_size}'}")
+            path = args.results / f"seed{seed}-steps{steps}{'' if args.jit_compile else '-nojit'}{toggles}.json"
             path.write_text(json.dumps(result, indent=1))
             results.append(result)
             print_table([result])

@@ -224,14 +224,16 @@ def build_gpt(role, sizes):
     model_sizes = {k: sizes[k] for k in ("num_layers", "num_heads", "hidden_dim", "intermediate_dim",
                                          "vocabulary_size", "max_sequence_length")}
     keras.utils.set_random_seed(0)
+    options = {"loss_chunk_size": None}  # the peer's: its loss reads its logits
     if role == "ours":
-        model = GPT(GPTConfig(dropout=DROPOUT, **model_sizes))
+        model = GPT(GPTConfig(dropout=DROPOUT, vocabulary_padding=sizes.get("vocabulary_padding", 1), **model_sizes))
         label = "attnlayers.applications.gpt.GPT(GPTConfig(...)), gpt.recipes.compile_for_training"
+        options["loss_chunk_size"] = sizes.get("loss_chunk_size")
     else:
         backbone = keras_hub.models.GPT2Backbone(dropout=DROPOUT, **model_sizes)
         model = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
         label = "keras_hub.models.GPT2CausalLM(GPT2Backbone(...), preprocessor=None), the same compile"
-    compile_for_training(model, TrainingSettings(jit_compile=True))  # its learning-rate callback is not used
+    compile_for_training(model, TrainingSettings(jit_compile=True, **options))  # its learning-rate callback unused
     return model, label
 
 
@@ -566,6 +568,12 @@ def parse_args(argv=None):
                              "for a model can depend on what the process compiled and freed before it)")
     parser.add_argument("--side", choices=("peer", "ours"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--side-json", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--vocabulary-padding", type=int, default=1, metavar="M",
+                        help="gpt, ours: GPTConfig(vocabulary_padding=M), the output layer's vocabulary rounded up to "
+                             "a multiple of M (128: 50,257 -> 50,304); default 1, none")
+    parser.add_argument("--loss-chunk-size", type=int, default=None, metavar="C",
+                        help="gpt, ours: the chunked loss from the hidden states, C tokens a chunk "
+                             "(runs.causal_lm_loss(C)); default: the loss from the logits")
     parser.add_argument("--json", default=None, metavar="PATH", help="write every row (and the settings) here")
     parser.add_argument("--markdown", action="store_true",
                         help="print the table for benchmarks/README.md with a line saying what ran")
@@ -579,7 +587,7 @@ def parse_args(argv=None):
         parser.error("--side takes one training part and --side-json")
     if args.steps is None:
         args.steps = 10 if args.size == "full" else 3
-    for name in ("steps", "repeats"):
+    for name in ("steps", "repeats", "vocabulary_padding") + (("loss_chunk_size",) if args.loss_chunk_size else ()):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1; received {getattr(args, name)}")
     return args
@@ -593,7 +601,10 @@ def main(argv=None):
     if precision == "auto":
         precision = "mixed_bfloat16" if device["kind"] == "gpu" else "float32"
     flops_rate = peak_flops(args, device, precision)
-    sizes = SIZES[args.size]
+    sizes = {**SIZES[args.size]}
+    # The toggles of ours' GPT (recorded with the sizes in each row).
+    sizes["gpt"] = {**sizes["gpt"], "vocabulary_padding": args.vocabulary_padding,
+                    "loss_chunk_size": args.loss_chunk_size}
     memory = measure.DeviceMemory(BACKEND, device)
     profiler = Profiler(args.profile)
 
@@ -612,8 +623,10 @@ def main(argv=None):
         with open(args.side_json, "w") as f:
             json.dump(side, f, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
         return 0
-    forward = ["--size", args.size, "--precision", precision, "--steps", str(args.steps)] + (
-        ["--profile", args.profile] if args.profile else [])
+    forward = ["--size", args.size, "--precision", precision, "--steps", str(args.steps),
+               "--vocabulary-padding", str(args.vocabulary_padding)] + (
+        ["--profile", args.profile] if args.profile else []) + (
+        ["--loss-chunk-size", str(args.loss_chunk_size)] if args.loss_chunk_size else [])
     rows, notes = [], []
     for part in args.parts:
         try:

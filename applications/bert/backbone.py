@@ -75,7 +75,7 @@ class BertBackbone(keras.Model):
         self.encoder = TransformerEncoder(
             config.num_layers, config.num_heads, config.intermediate_dim, dropout=config.dropout, activation="gelu",
             layer_norm_epsilon=config.layer_norm_epsilon, normalize_first=False, kernel_initializer=_initializer(),
-            name="encoder", dtype=self.dtype_policy,
+            attention_kwargs={"dropout": config.attention_dropout}, name="encoder", dtype=self.dtype_policy,
         )
         self.pooler = keras.layers.Dense(config.hidden_dim, activation="tanh", kernel_initializer=_initializer(),
                                          name="pooler", dtype=self.dtype_policy)

@@ -132,7 +132,7 @@ _REQUIRED = {"vocab_size": "vocabulary_size", "hidden_size": "hidden_dim", "num_
 # HF BertConfig's defaults for the rest.
 _OPTIONAL = {"max_position_embeddings": ("max_sequence_length", 512), "type_vocab_size": ("num_segments", 2),
              "layer_norm_eps": ("layer_norm_epsilon", 1e-12), "hidden_dropout_prob": ("dropout", 0.1),
-             "pad_token_id": ("pad_token_id", 0)}
+             "attention_probs_dropout_prob": ("attention_dropout", 0.1), "pad_token_id": ("pad_token_id", 0)}
 
 
 def config_from_hf(hf_config, source="config.json"):
@@ -160,7 +160,7 @@ def config_to_hf(config):
         "vocab_size": config.vocabulary_size, "hidden_size": config.hidden_dim,
         "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
         "intermediate_size": config.intermediate_dim, "hidden_act": "gelu",
-        "hidden_dropout_prob": config.dropout, "attention_probs_dropout_prob": config.dropout,
+        "hidden_dropout_prob": config.dropout, "attention_probs_dropout_prob": config.attention_dropout,
         "max_position_embeddings": config.max_sequence_length, "type_vocab_size": config.num_segments,
         "initializer_range": 0.02, "layer_norm_eps": config.layer_norm_epsilon, "pad_token_id": config.pad_token_id,
         "position_embedding_type": "absolute", "classifier_dropout": None, "use_cache": True, "dtype": "float32",

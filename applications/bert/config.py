@@ -34,8 +34,10 @@ class BertConfig:
         num_segments: S, segment (sentence A / B) embeddings [type_vocab_size].
         num_layers: N [num_hidden_layers]. num_heads [num_attention_heads]. hidden_dim: d [hidden_size].
         intermediate_dim: the feed-forward size, 4 d in the papers [intermediate_size].
-        dropout: on the embeddings, the attention weights and each residual branch [hidden_dropout_prob,
-            attention_probs_dropout_prob].
+        dropout: on the embeddings and each residual branch [hidden_dropout_prob].
+        attention_dropout: on the attention weights [attention_probs_dropout_prob]; None (the default):
+            ``dropout``'s rate. Only training reads either: at inference every attention route is open, the fused
+            kernel included.
         layer_norm_epsilon: [layer_norm_eps].
         pad_token_id: the [PAD] id, 0 in BERT's vocabularies (the default padding mask is ids != it).
     """
@@ -50,6 +52,7 @@ class BertConfig:
     dropout: float = 0.1
     layer_norm_epsilon: float = 1e-12
     pad_token_id: int = 0
+    attention_dropout: float | None = None
 
     def __post_init__(self):
         for name in ("vocabulary_size", "max_sequence_length", "num_segments", "num_layers", "num_heads",
@@ -57,6 +60,9 @@ class BertConfig:
             positive_int(getattr(self, name), name)
         check_divisible(self.hidden_dim, "hidden_dim", self.num_heads, "num_heads")
         self.dropout = rate_in_unit_interval(self.dropout, "dropout")
+        if self.attention_dropout is None:
+            self.attention_dropout = self.dropout
+        self.attention_dropout = rate_in_unit_interval(self.attention_dropout, "attention_dropout")
         if not (isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0):
             raise ValueError(f"`layer_norm_epsilon` must be a positive number; received {self.layer_norm_epsilon!r}.")
         if not (is_int(self.pad_token_id) and 0 <= self.pad_token_id < self.vocabulary_size):

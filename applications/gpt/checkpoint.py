@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import shutil
+import warnings
 
 import numpy as np
 from keras import ops
@@ -112,13 +113,14 @@ def _to_hf(entry, values):
 
 
 def _weights(model):
-    """Our weights by path below the model: "embedding/..." and "decoder/..." (whatever the model's own name)."""
+    """Our weights by path below the model: "embedding/..." and "decoder/..." (whatever the model's own name); a
+    padded token table as its V real rows (``GPT.vocabulary_view``)."""
     weights = {}
     for layer in (model.embedding, model.decoder):
         for weight in layer.weights:
             parts = weight.path.split("/")
             below = parts[parts.index(layer.name) + 1:] if layer.name in parts else parts
-            weights["/".join([layer.name, *below])] = weight
+            weights["/".join([layer.name, *below])] = model.vocabulary_view(weight)
     return weights
 
 
@@ -128,7 +130,8 @@ def _weights(model):
 _REQUIRED = {"vocab_size": "vocabulary_size", "n_embd": "hidden_dim", "n_layer": "num_layers", "n_head": "num_heads"}
 # GPT2Config's defaults for the rest (n_inner None: 4 n_embd).
 _OPTIONAL = {"n_positions": ("max_sequence_length", 1024), "layer_norm_epsilon": ("layer_norm_epsilon", 1e-5),
-             "resid_pdrop": ("dropout", 0.1), "pad_token_id": ("pad_token_id", None)}
+             "resid_pdrop": ("dropout", 0.1), "attn_pdrop": ("attention_dropout", 0.1),
+             "pad_token_id": ("pad_token_id", None)}
 # The tanh GELU of GPT-2 under its two names in transformers' ACT2FN (the same function).
 _ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")
 # Keys whose other values change the function computed: (key, GPT2Config's default = what GPT computes, meaning).
@@ -157,7 +160,9 @@ def config_from_hf(hf_config, source="config.json", **overrides):
     """Our :class:`GPTConfig` from a Hugging Face ``GPT2Config`` dict (its ``config.json``).
 
     n_positions, n_inner (None: 4 n_embd), layer_norm_epsilon, eos_token_id and pad_token_id take GPT2Config's
-    defaults when absent; GPT has one dropout rate: resid_pdrop's (only training reads it).
+    defaults when absent; dropout is resid_pdrop's rate (the embeddings' too: embd_pdrop, GPT2Config's default
+    0.1 as resid_pdrop's, has no field of its own: a different embd_pdrop gives a warning), attention_dropout
+    attn_pdrop's (only training reads them).
     ``reorder_and_upcast_attn`` is accepted: it computes the same attention, with its scores in float32 under
     mixed precision (GPT's softmax runs in float32 there too).
 
@@ -183,6 +188,11 @@ def config_from_hf(hf_config, source="config.json", **overrides):
     n_inner = hf_config.get("n_inner")
     fields["intermediate_dim"] = 4 * fields["hidden_dim"] if n_inner is None else n_inner
     fields["end_token_id"] = _end_token_id(hf_config, source)
+    embedding_dropout = hf_config.get("embd_pdrop", 0.1)
+    if embedding_dropout != fields["dropout"] and "dropout" not in overrides:
+        warnings.warn(f"{source}: embd_pdrop={embedding_dropout} differs from resid_pdrop={fields['dropout']}; GPT has "
+                      f"one rate for both (GPTConfig.dropout) and trains with {fields['dropout']} on the embeddings "
+                      "too.", stacklevel=2)
     fields.update(overrides)
     try:
         return GPTConfig(**fields)
@@ -200,7 +210,7 @@ def config_to_hf(config):
         "vocab_size": config.vocabulary_size, "n_positions": config.max_sequence_length,
         "n_embd": config.hidden_dim, "n_layer": config.num_layers, "n_head": config.num_heads,
         "n_inner": config.intermediate_dim, "activation_function": "gelu_new",
-        "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": config.dropout,
+        "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": config.attention_dropout,
         "layer_norm_epsilon": config.layer_norm_epsilon, "initializer_range": 0.02,
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
         "add_cross_attention": False, "tie_word_embeddings": True, "use_cache": True,

@@ -28,7 +28,8 @@ def _relative(weight, layer_name):
 
 
 def _targets(model):
-    targets = {_relative(w, model.embedding.name): w for w in model.embedding.weights}
+    """Our weights by path below the embedding / decoder; a padded token table as its V real rows."""
+    targets = {_relative(w, model.embedding.name): model.vocabulary_view(w) for w in model.embedding.weights}
     targets.update({_relative(w, model.decoder.name): w for w in model.decoder.weights})
     return targets
 

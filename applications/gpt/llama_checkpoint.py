@@ -48,8 +48,9 @@ _BUFFER_SUFFIX = ".rotary_emb.inv_freq"
 
 def tensor_map(model):
     """``[(Hugging Face name, our variable, in_axes)]`` for every weight of a LLaMA-style GPT. ``in_axes`` > 0 for a
-    kernel: its first in_axes axes are the Linear's input axis, the rest its output axis; 0: the same layout."""
-    pairs = [(EMBEDDING, model.token_embedding.embeddings, 0)]
+    kernel: its first in_axes axes are the Linear's input axis, the rest its output axis; 0: the same layout. A padded
+    vocabulary table (``vocabulary_padding``) is its V real rows / columns (``GPT.vocabulary_view``)."""
+    pairs = [(EMBEDDING, model.vocabulary_view(model.token_embedding.embeddings), 0)]
     for i, block in enumerate(model.decoder.blocks):
         hf, attention, ffn = f"model.layers.{i}.", block.self_attention, block.feedforward
         pairs += [
@@ -65,7 +66,7 @@ def tensor_map(model):
         ]
     pairs.append(("model.norm.weight", model.decoder.final_layer_norm.gamma, 0))
     if model.lm_head is not None:
-        pairs.append((LM_HEAD, model.lm_head.kernel, 1))
+        pairs.append((LM_HEAD, model.vocabulary_view(model.lm_head.kernel), 1))
     return pairs
 
 
@@ -97,7 +98,7 @@ _REQUIRED = {"vocab_size": "vocabulary_size", "hidden_size": "hidden_dim", "inte
 _OPTIONAL = {"num_key_value_heads": ("num_key_value_heads", None),
              "max_position_embeddings": ("max_sequence_length", 2048), "rms_norm_eps": ("layer_norm_epsilon", 1e-6),
              "tie_word_embeddings": ("tie_embeddings", False),
-             "attention_dropout": ("dropout", 0.0), "eos_token_id": ("end_token_id", 2),
+             "attention_dropout": ("attention_dropout", 0.0), "eos_token_id": ("end_token_id", 2),
              "pad_token_id": ("pad_token_id", None)}
 # Keys whose other values change the function computed: (key, the value GPT computes, meaning).
 _FIXED = (
@@ -151,7 +152,8 @@ def llama_config_to_hf(config):
         "head_dim": config.head_dim, "max_position_embeddings": config.max_sequence_length,
         "rms_norm_eps": config.layer_norm_epsilon, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "rope_theta": config.rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
-        "tie_word_embeddings": config.tie_embeddings, "attention_dropout": config.dropout, "initializer_range": 0.02,
+        "tie_word_embeddings": config.tie_embeddings, "attention_dropout": config.attention_dropout,
+        "initializer_range": 0.02,
         "eos_token_id": config.end_token_id, "pad_token_id": config.pad_token_id, "use_cache": True,
         "dtype": "float32",
     }

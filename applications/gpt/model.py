@@ -53,7 +53,7 @@ from keras import ops
 
 from attnlayers.decoding import check_seed
 from attnlayers.deprecation import renamed_keyword
-from attnlayers.embedding import TokenAndPositionEmbedding
+from attnlayers.embedding import TokenAndPositionEmbedding, padded_size
 from attnlayers.positional import RotaryEmbedding
 from attnlayers.transformer import TransformerDecoder
 from attnlayers.validation import (
@@ -68,6 +68,9 @@ from attnlayers.validation import (
 )
 
 from ..core.generative import GenerativeModel, check_id_range, concrete_values
+from ..core.runs import keras_fixes
+from ..core.training.losses import ChunkedCrossEntropy
+from ..core.training.metrics import Perplexity
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.gpt")
@@ -99,8 +102,10 @@ class GPTConfig:
             [n_positions].
         num_layers [n_layer], num_heads [n_head], hidden_dim: d_model [n_embd], intermediate_dim: the MLP's hidden
             size, 4 d_model in GPT-2 [n_inner, None meaning 4 n_embd].
-        dropout: on the embeddings, the attention weights and each residual branch [embd_pdrop, attn_pdrop,
-            resid_pdrop].
+        dropout: on the embeddings and each residual branch [embd_pdrop, resid_pdrop].
+        attention_dropout: on the attention weights [attn_pdrop; LLaMA's attention_dropout]; None (the default):
+            ``dropout``'s rate. Only training reads either: at inference every route is open to the attention,
+            the fused kernel included, whatever the rates.
         layer_norm_epsilon: LayerNorm epsilon [layer_norm_epsilon].
         end_token_id: the end-of-text token (generation stops there). None: V - 1, GPT-2's <|endoftext|>
             [eos_token_id].
@@ -115,6 +120,12 @@ class GPTConfig:
         rope_theta: "llama": the RoPE frequency base (10,000 in LLaMA 1 and 2) [rope_theta].
         tie_embeddings: the output projection is the token embedding (GPT-2 always; "llama" either)
             [tie_word_embeddings].
+        vocabulary_padding: the token table and the output projection hold V_pad = ceil(V / m) m rows for
+            m = vocabulary_padding (1: none, the default; 128 gives GPT-2's 50,257 -> 50,304, as nanoGPT and llm.c
+            pad it, so that the output GEMMs run on whole tiles). The padded rows are zero, never looked up, and
+            their logits never leave the model: ``call`` and ``next`` return the V real columns, so greedy search,
+            sampling and beam search never pick an id >= V. Checkpoints (Hugging Face, GGUF, keras-hub) are read
+            and written with the real V (``GPT.vocabulary_view``); ``parameter_count`` counts the real V.
     """
 
     vocabulary_size: int = 256
@@ -131,13 +142,18 @@ class GPTConfig:
     num_key_value_heads: int | None = None
     rope_theta: float = 10000.0
     tie_embeddings: bool = True
+    vocabulary_padding: int = 1
+    attention_dropout: float | None = None
 
     def __post_init__(self):
         for name in ("vocabulary_size", "max_sequence_length", "num_layers", "num_heads", "hidden_dim",
-                     "intermediate_dim"):
+                     "intermediate_dim", "vocabulary_padding"):
             positive_int(getattr(self, name), name)
         check_divisible(self.hidden_dim, "hidden_dim", self.num_heads, "num_heads")
         self.dropout = rate_in_unit_interval(self.dropout, "dropout")
+        if self.attention_dropout is None:
+            self.attention_dropout = self.dropout
+        self.attention_dropout = rate_in_unit_interval(self.attention_dropout, "attention_dropout")
         if not (isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0):
             raise ValueError(f"`layer_norm_epsilon` must be a positive number; received {self.layer_norm_epsilon!r}.")
         if self.end_token_id is None:
@@ -177,6 +193,12 @@ class GPTConfig:
                 f"RoPE rotates feature pairs: architecture='llama' needs an even head size hidden_dim / num_heads; "
                 f"received hidden_dim={self.hidden_dim}, num_heads={self.num_heads} (head size {self.head_dim})."
             )
+
+    @property
+    def padded_vocabulary_size(self):
+        """V_pad = ceil(V / vocabulary_padding) vocabulary_padding: the rows of the token table and output
+        projection."""
+        return padded_size(self.vocabulary_size, self.vocabulary_padding)
 
     @property
     def head_dim(self):
@@ -220,6 +242,9 @@ class GPTConfig:
                     + d (post_attention_layernorm) + 3 d d_ff (gate_proj, up_proj, down_proj)
                     = 2 d^2 + 2 d d_kv + 3 d d_ff + 2 d;
         final RMSNorm: d (norm).
+
+        The real V is counted: with ``vocabulary_padding`` the model holds (V_pad - V) d more weights per vocabulary
+        table (zeros, never saved in a checkpoint).
         """
         d, f = self.hidden_dim, self.intermediate_dim
         if self.architecture == "llama":
@@ -229,6 +254,44 @@ class GPTConfig:
             return embeddings + self.num_layers * block + d
         block = 4 * d * d + 2 * d * f + f + 9 * d
         return (self.vocabulary_size + self.max_sequence_length) * d + self.num_layers * block + 2 * d
+
+
+def _zero_padded_rows(variable, vocabulary_size, axis):
+    """Zeros the padded rows (axis 0) or columns (axis 1) >= V of a vocabulary table."""
+    if variable.shape[axis] != vocabulary_size:
+        keep = ops.arange(variable.shape[axis]) < vocabulary_size
+        keep = keep[:, None] if axis == 0 else keep[None, :]
+        variable.assign(ops.where(keep, variable.value, ops.zeros((), variable.dtype)))
+
+
+class VocabularyView:
+    """The real V rows (``axis=0``) or columns (``axis=1``) of a padded vocabulary table, as checkpoint readers
+    and writers use a variable: ``path``, ``dtype``, ``shape`` (V in place of V_pad), ``value``, ``numpy()`` and
+    ``assign(value)`` (which writes the real part and zeros the padding)."""
+
+    def __init__(self, variable, vocabulary_size, axis):
+        self.variable, self.vocabulary_size, self.axis = variable, vocabulary_size, axis
+        self.path, self.name, self.dtype = variable.path, variable.name, variable.dtype
+        shape = list(variable.shape)
+        shape[axis] = vocabulary_size
+        self.shape = tuple(shape)
+
+    @property
+    def value(self):
+        value = self.variable.value
+        return value[:self.vocabulary_size] if self.axis == 0 else value[:, :self.vocabulary_size]
+
+    def numpy(self):
+        return ops.convert_to_numpy(self.value)
+
+    def assign(self, value):
+        value = ops.cast(ops.convert_to_tensor(value), self.dtype)
+        if tuple(value.shape) != self.shape:
+            raise ValueError(f"`value` for the real vocabulary of {self.path!r} must have shape {self.shape}; received "
+                             f"{tuple(value.shape)}.")
+        padding = [(0, 0), (0, 0)]
+        padding[self.axis] = (0, self.variable.shape[self.axis] - self.vocabulary_size)
+        self.variable.assign(ops.pad(value, padding))
 
 
 @keras.saving.register_keras_serializable(package="attnlayers.gpt")
@@ -247,14 +310,18 @@ class GPT(GenerativeModel):
         training: enables dropout.
 
     Returns:
-        logits (B, T, V): position t scores the token at t + 1.
+        logits (B, T, V): position t scores the token at t + 1 (the V real columns, whatever
+        ``vocabulary_padding``). One exception: ``call(..., training=True)`` of a model compiled with a
+        :class:`~attnlayers.applications.core.training.losses.ChunkedCrossEntropy` loss returns the final hidden
+        states (B, T, d), ``fit``'s ``y_pred`` for that loss (:meth:`compute_loss`), so that a training step never
+        forms the (B, T, V) logits; :meth:`hidden_states` gives them in any case.
 
     Token ids must lie in [0, V). With concrete (eager) ids, ``call``, ``generate``, ``generation_inputs`` and
     ``initial_cache`` check them and raise a ValueError naming ``token_ids`` and the first bad id. A compiled call
     (``tf.function`` / ``jax.jit`` / ``fit`` / ``predict``, symbolic ids) cannot check values without breaking XLA
     and does not: the ids go to ``keras.ops.take``, which wraps negative ids in [-V, 0) to V + id (as NumPy does)
-    and looks ids >= V up as the backend's gather does: clamped to V - 1 under XLA (``jit_compile=True``, any
-    device), a NaN embedding (hence NaN logits) under JAX, zeros on a GPU and an ``InvalidArgumentError``
+    and looks ids >= V up as the backend's gather does: clamped to V - 1 (V_pad - 1, a zero row, with
+    ``vocabulary_padding``) under XLA (``jit_compile=True``, any device), a NaN embedding (hence NaN logits) under JAX, zeros on a GPU and an ``InvalidArgumentError``
     ("indices[...] = ... is not in [0, V)") on a CPU under TensorFlow without XLA. Check ids before compiling.
 
     Example:
@@ -298,25 +365,28 @@ class GPT(GenerativeModel):
         """Learned positions, pre-LN blocks with biases and GELU, tied output."""
         self.embedding = TokenAndPositionEmbedding(
             c.vocabulary_size, c.max_sequence_length, c.hidden_dim, embeddings_initializer=init,
-            name="embedding", dtype=self.dtype_policy,
+            vocabulary_padding=c.vocabulary_padding, name="embedding", dtype=self.dtype_policy,
         )
         self.embedding.build((None, c.max_sequence_length))
+        _zero_padded_rows(self.embedding.token_embedding.embeddings, c.vocabulary_size, axis=0)
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=self.dtype_policy)
         self.decoder = TransformerDecoder(
             c.num_layers, c.num_heads, c.intermediate_dim, dropout=c.dropout, activation=gelu_approximate,
             layer_norm_epsilon=c.layer_norm_epsilon, normalize_first=True, kernel_initializer=init,
-            name="decoder", dtype=self.dtype_policy,
+            attention_kwargs={"dropout": c.attention_dropout}, name="decoder", dtype=self.dtype_policy,
         )
 
     def _build_llama(self, c, init):
         """Token embedding only (RoPE in the attention), pre-RMSNorm blocks with SwiGLU, GQA and no biases."""
         self.token_embedding = keras.layers.Embedding(
-            c.vocabulary_size, c.hidden_dim, embeddings_initializer=init, name="token_embedding",
+            c.padded_vocabulary_size, c.hidden_dim, embeddings_initializer=init, name="token_embedding",
             dtype=self.dtype_policy,
         )
         self.token_embedding.build((None, None))
+        _zero_padded_rows(self.token_embedding.embeddings, c.vocabulary_size, axis=0)
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=self.dtype_policy)
-        attention = {"num_key_value_heads": c.num_key_value_heads, "rotary": RotaryEmbedding(c.rope_theta)}
+        attention = {"num_key_value_heads": c.num_key_value_heads, "rotary": RotaryEmbedding(c.rope_theta),
+                     "dropout": c.attention_dropout}
         self.decoder = TransformerDecoder(
             c.num_layers, c.num_heads, c.intermediate_dim, dropout=c.dropout, activation="swiglu",
             layer_norm_epsilon=c.layer_norm_epsilon, normalize_first=True, normalization="rms", use_bias=False,
@@ -325,9 +395,11 @@ class GPT(GenerativeModel):
         self.lm_head = None
         if not c.tie_embeddings:
             self.lm_head = keras.layers.Dense(
-                c.vocabulary_size, use_bias=False, kernel_initializer=init, name="lm_head", dtype=self.dtype_policy
+                c.padded_vocabulary_size, use_bias=False, kernel_initializer=init, name="lm_head",
+                dtype=self.dtype_policy,
             )
             self.lm_head.build((None, None, c.hidden_dim))
+            _zero_padded_rows(self.lm_head.kernel, c.vocabulary_size, axis=1)
 
     def _embed(self, token_ids, start_index=0):
         """(B, T) token ids at positions start_index.. -> (B, T, d): E[token] + P[position] (GPT-2) or E[token]
@@ -337,14 +409,43 @@ class GPT(GenerativeModel):
         return self.embedding(token_ids, start_index=start_index)
 
     def _logits(self, hidden):
-        """(B, T, d) final hidden states -> (B, T, V) logits: h E^T (tied) or h W_out (LLaMA's lm_head)."""
+        """(B, T, d) final hidden states -> (B, T, V) logits: h E^T (tied) or h W_out (LLaMA's lm_head); with
+        ``vocabulary_padding`` the V_pad-column product is cut to its V real columns (padded ids never win)."""
         if self.config.architecture == "gpt2":
-            return self.embedding(hidden, reverse=True)
+            return self.embedding(hidden, reverse=True)  # cuts the padded columns itself
         if self.lm_head is not None:
-            return self.lm_head(hidden)
-        return ops.matmul(hidden, ops.transpose(ops.cast(self.token_embedding.embeddings, hidden.dtype)))
+            logits = self.lm_head(hidden)
+        else:
+            logits = ops.matmul(hidden, ops.transpose(ops.cast(self.token_embedding.embeddings, hidden.dtype)))
+        if self.config.padded_vocabulary_size != self.config.vocabulary_size:
+            logits = logits[..., :self.config.vocabulary_size]
+        return logits
 
-    def call(self, token_ids, padding_mask=None, training=None):
+    @property
+    def output_matrix(self):
+        """The output projection as rows, (V_pad, d): the token table (tied) or ``transpose(lm_head.kernel)``: what
+        :func:`attnlayers.chunked_cross_entropy` multiplies the hidden states by (with ``vocabulary_size=V``)."""
+        if self.config.architecture == "llama" and self.lm_head is not None:
+            return ops.transpose(self.lm_head.kernel)
+        table = self.embedding.token_embedding if self.config.architecture == "gpt2" else self.token_embedding
+        return table.embeddings
+
+    def vocabulary_view(self, weight):
+        """``weight`` as checkpoints see it: a padded vocabulary table (``vocabulary_padding``) as a
+        :class:`VocabularyView` of its V real rows (or columns, for ``lm_head``'s kernel); any other weight
+        itself."""
+        c = self.config
+        if c.padded_vocabulary_size == c.vocabulary_size:
+            return weight
+        if self.config.architecture == "llama" and self.lm_head is not None and weight is self.lm_head.kernel:
+            return VocabularyView(weight, c.vocabulary_size, axis=1)
+        table = self.embedding.token_embedding if c.architecture == "gpt2" else self.token_embedding
+        return VocabularyView(weight, c.vocabulary_size, axis=0) if weight is table.embeddings else weight
+
+    def hidden_states(self, token_ids, padding_mask=None, training=None):
+        """(B, T) token ids (or ``call``'s dict) -> (B, T, d), the final hidden states (after the last norm):
+        ``call`` without the output projection. With :attr:`output_matrix`, the input of
+        :func:`attnlayers.chunked_cross_entropy` in a custom training loop."""
         if isinstance(token_ids, dict):  # fit's x = {"token_ids", "padding_mask"}, as keras-hub's GPT2CausalLM takes
             unknown = sorted(set(token_ids) - {"token_ids", "padding_mask"})
             if "token_ids" not in token_ids or unknown or padding_mask is not None:
@@ -355,8 +456,48 @@ class GPT(GenerativeModel):
             token_ids, padding_mask = token_ids["token_ids"], token_ids.get("padding_mask")
         self._check_inputs(token_ids, padding_mask)
         x = self.embedding_dropout(self._embed(token_ids), training=training)
-        x = self.decoder(x, decoder_padding_mask=padding_mask, training=training)  # blocks + final norm
+        return self.decoder(x, decoder_padding_mask=padding_mask, training=training)  # blocks + final norm
+
+    def _loss_reads_hidden_states(self, training):
+        """Whether this training step's loss is computed from the hidden states (compiled with a
+        :class:`~attnlayers.applications.core.training.losses.ChunkedCrossEntropy`)."""
+        return training is True and isinstance(getattr(self, "loss", None), ChunkedCrossEntropy)
+
+    def call(self, token_ids, padding_mask=None, training=None):
+        x = self.hidden_states(token_ids, padding_mask, training=training)
+        if self._loss_reads_hidden_states(training):
+            return x  # fit's y_pred for the chunked loss (compute_loss): no (B, T, V) logits
         return self._logits(x)  # logits = h E^T (or h W_out)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Keras' loss, or, in a training step compiled with a ``ChunkedCrossEntropy``, that loss from the hidden
+        states ``y_pred`` and :attr:`output_matrix`, chunk by chunk; the compiled :class:`Perplexity` metrics are
+        updated from its NLL there (the step has no logits for metrics to read)."""
+        self._metrics_updated_by_loss = self._loss_reads_hidden_states(training)
+        if not self._metrics_updated_by_loss:
+            return super().compute_loss(x, y, y_pred, sample_weight, training)
+        loss, nll_sum, tokens = self.loss.from_hidden_states(
+            y, y_pred, self.output_matrix, sample_weight, vocabulary_size=self.config.vocabulary_size)
+        compiled = keras_fixes.compiled_metrics(self)  # Keras' container of compile(metrics=...), or None
+        if compiled is not None and not compiled.built:  # built from the logits' spec (TensorFlow builds late)
+            compiled.build(y, keras.KerasTensor((*y.shape, self.config.vocabulary_size), "float32"))
+        for metric in compiled.metrics if compiled is not None else ():
+            if not isinstance(metric, Perplexity):
+                raise ValueError(
+                    f"The chunked loss (ChunkedCrossEntropy) never forms the training logits, so the metric "
+                    f"{metric.name!r} ({type(metric).__name__}) has nothing to read; compile it with Perplexity "
+                    "metrics only (they are updated from the loss' NLL), or with a loss from logits."
+                )
+            metric.total_nll.assign_add(nll_sum)  # Perplexity's state: sum_t w_t NLL_t and sum_t w_t
+            metric.tokens.assign_add(tokens)
+        if self.losses:
+            loss = loss + ops.sum(self.losses)
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if getattr(self, "_metrics_updated_by_loss", False):  # y_pred are hidden states; compute_loss updated them
+            return self.get_metrics_result()
+        return super().compute_metrics(x, y, y_pred, sample_weight)
 
     # ---- generation -------------------------------------------------------------------------------------
 
@@ -388,6 +529,24 @@ class GPT(GenerativeModel):
         x = self._embed(token, start_index=index - 1)
         out = self.decoder(x, self_attention_cache=cache, self_attention_cache_update_index=index - 1)
         return self._logits(out["sequence_output"])[:, 0], out["self_attention_cache"]
+
+    def prefill(self, token_ids, cache, start_index):
+        """Prefill by chunks: writes the keys and values of ``token_ids`` (B, C), the tokens at positions
+        ``start_index`` .. ``start_index + C - 1``, into ``cache``, whose positions before ``start_index`` already
+        hold the earlier tokens' (no logits are computed). ``start_index`` may be a scalar tensor, so that one
+        compiled chunk serves every position: a prompt of any length is C tokens at a time.
+
+        Args:
+            token_ids: int (B, C). cache: (B, num_layers, 2, L, num_key_value_heads, head_dim), L static.
+            start_index: int or scalar int tensor, with start_index + C <= L.
+
+        Returns:
+            The cache with positions [start_index, start_index + C) written (a query sees the positions up to its
+            own: causal, the later positions of the cache are masked).
+        """
+        x = self._embed(token_ids, start_index=start_index)
+        out = self.decoder(x, self_attention_cache=cache, self_attention_cache_update_index=start_index)
+        return out["self_attention_cache"]
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
         """The decoding's inputs for prompts ``inputs`` (B, P) (right-padded, ``padding_mask`` True at real

@@ -15,7 +15,8 @@ a unigram baseline, and saved as a Hugging Face GPT-2 checkpoint.
   windows of L + 1 tokens overlapping by one; why, in its docstring);
 - loss: the causal LM cross-entropy of each next token, averaged over the real labels of the batch
   (:func:`causal_lm_loss`: the padding mask is the sample weight; GPT-2's padding id is its end id, so masking by id
-  would drop every document's end);
+  would drop every document's end); with ``loss_chunk_size`` computed from the hidden states chunk by chunk, never
+  forming the float32 (B, T, V) logits (:class:`~attnlayers.applications.core.training.losses.ChunkedCrossEntropy`);
 - metric: the token-weighted perplexity, exact over an epoch
   (:class:`~attnlayers.applications.core.training.metrics.Perplexity`);
 - optimizer: AdamW with GPT-3's betas, epsilon, weight decay 0.1 on the weight matrices only, global gradient-norm
@@ -93,6 +94,10 @@ class TrainingSettings:
             (``core.training.callbacks.BACKUP_SECONDS``).
         jit_compile: compile the training step with XLA (``Model.compile``'s flag).
         seed: the split, the shuffling, the initialization and the samples.
+        vocabulary_padding: GPTConfig's: the output projection holds the vocabulary rounded up to a multiple of
+            this (1: none; 128 on accelerators). The checkpoint keeps the real vocabulary.
+        loss_chunk_size: None: the loss from the logits; an int: the chunked loss from the hidden states, this many
+            tokens a chunk (:func:`causal_lm_loss`).
     """
 
     config: str = "tiny"
@@ -109,10 +114,13 @@ class TrainingSettings:
     epochs: int | None = None
     jit_compile: bool = True
     seed: int = 0
+    vocabulary_padding: int = 1
+    loss_chunk_size: int | None = None
 
     def __post_init__(self):
-        for name in ("vocabulary_size", "sequence_length", "batch_size"):
+        for name in ("vocabulary_size", "sequence_length", "batch_size", "vocabulary_padding"):
             positive_int(getattr(self, name), name)
+        positive_int(self.loss_chunk_size, "loss_chunk_size", allow_none=True)
         positive_int(self.epochs, "epochs", allow_none=True)
         if self.minutes is not None and not self.minutes > 0:
             raise ValueError(f"`minutes` must be a positive number or None; received minutes={self.minutes!r}.")
@@ -120,12 +128,20 @@ class TrainingSettings:
             raise ValueError(f"`held_out` must be in (0, 1); received held_out={self.held_out!r}.")
 
 
-def causal_lm_loss():
+def causal_lm_loss(chunk_size=None):
     """The next-token cross-entropy averaged over the real labels of a batch: ``sum_t w_t NLL_t / sum_t w_t`` with
     the padding mask as the sample weight ``w`` (Keras' "mean_with_sample_weight" reduction; scaled for the
-    replicas of a ``tf.distribute`` strategy by Keras). Computed in float32 whatever the logits' dtype."""
+    replicas of a ``tf.distribute`` strategy by Keras). Computed in float32 whatever the logits' dtype.
+
+    ``chunk_size`` None: from the logits (any model). An int: the same loss, which a :class:`GPT` computes in
+    training from its hidden states ``chunk_size`` tokens at a time without forming the (B, T, V) logits
+    (:class:`~attnlayers.applications.core.training.losses.ChunkedCrossEntropy`; equal to float32 rounding)."""
     import keras
 
+    if chunk_size is not None:
+        from ..core.training.losses import ChunkedCrossEntropy
+
+        return ChunkedCrossEntropy(chunk_size, name="causal_lm_loss")
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight",
                                                       name="causal_lm_loss")
 
@@ -136,8 +152,9 @@ def compile_for_training(model, settings):
     from ..core.training.metrics import Perplexity
     from ..core.training.optimizers import BudgetedCosineLearningRate, decoupled_adamw
 
-    model.compile(optimizer=decoupled_adamw(settings.learning_rate, settings.weight_decay), loss=causal_lm_loss(),
-                  weighted_metrics=[Perplexity()], jit_compile=settings.jit_compile)
+    model.compile(optimizer=decoupled_adamw(settings.learning_rate, settings.weight_decay),
+                  loss=causal_lm_loss(settings.loss_chunk_size), weighted_metrics=[Perplexity()],
+                  jit_compile=settings.jit_compile)
     seconds = None if settings.minutes is None else settings.minutes * 60.0
     return BudgetedCosineLearningRate(settings.learning_rate, settings.warmup_fraction, seconds=seconds)
 
@@ -311,7 +328,7 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
     held_labels = data.lm_examples(*held_windows)[1][held_windows[1][:, 1:]]
     config = GPTConfig.preset(settings.config, vocabulary_size=tokenizer.vocabulary_size,
                               max_sequence_length=settings.sequence_length, dropout=settings.dropout,
-                              end_token_id=end, pad_token_id=end)
+                              end_token_id=end, pad_token_id=end, vocabulary_padding=settings.vocabulary_padding)
     with strategy.scope():
         model = GPT(config)
         schedule = compile_for_training(model, settings)

@@ -38,6 +38,8 @@ ImportError says which use, which version, and what to install):
 
 - :func:`set_initial_epoch`: the epoch a running ``fit`` starts from, set by a callback's ``on_train_begin``
   (``core.training.backup.BackupAndRestore`` resuming);
+- :func:`compiled_metrics`: the metric objects of ``compile(metrics=...)``, which GPT's chunked loss updates from
+  its own NLL;
 - :func:`bpe_merge_into_cache`: keras-hub's byte-pair merge step alone, after the package's own pre-tokenization
   (``gpt.tokenizer.GPT2Tokenizer``, the GGUF tokenizers).
 """
@@ -293,6 +295,7 @@ PRIVATE_USES = {
     "set_initial_epoch": PrivateUse("keras", (3, 0), None, "_initial_epoch"),
     "bpe_merge_into_cache": PrivateUse("keras_hub", (0, 32), None, "_bpe_merge_and_update_cache_tf"),
     "build_metrics": PrivateUse("keras", (3, 0), None, "_symbolic_build"),
+    "compiled_metrics": PrivateUse("keras", (3, 0), None, "_compile_metrics"),
 }
 
 
@@ -318,6 +321,15 @@ def build_metrics(model, batch):
     model._symbolic_build(data_batch=batch)
 
 
+def compiled_metrics(model):
+    """The container of the metrics ``model.compile(metrics=...)`` made (None before compiling, or without
+    metrics): its ``metrics`` (the metric objects), ``built`` and ``build(y_true, y_pred)``. A loss that updates the
+    compiled metrics itself (GPT's chunked loss, which has no logits for them to read) needs the objects; Keras 3.0
+    to 3.15 keep them in ``Trainer._compile_metrics`` (``model.metrics`` lists the container, with no public type)."""
+    PRIVATE_USES["compiled_metrics"].require(model, "compiled_metrics")
+    return model._compile_metrics
+
+
 def bpe_merge_into_cache(bpe, words):
     """keras-hub's byte-pair merge step alone: merges each of ``words`` (a 1-D tf.string tensor of pre-tokens,
     UTF-8) with the merge rules of ``bpe`` (a ``keras_hub.tokenizers.BytePairTokenizer``) and stores the result in
@@ -333,4 +345,4 @@ def bpe_merge_into_cache(bpe, words):
 
 
 __all__ = ["FIXES", "PRIVATE_USES", "KerasFix", "PrivateUse", "apply_distribution_fixes", "bpe_merge_into_cache",
-           "build_metrics", "set_initial_epoch", "without"]
+           "build_metrics", "compiled_metrics", "set_initial_epoch", "without"]

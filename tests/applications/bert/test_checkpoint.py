@@ -305,3 +305,18 @@ def test_save_a_backbone_first_built_inside_a_task_model(tmp_path):
     inputs = {"token_ids": TOKENS, "segment_ids": SEGMENTS, "padding_mask": MASK}
     np.testing.assert_allclose(ops.convert_to_numpy(loaded(inputs)["pooled_output"]),
                                ops.convert_to_numpy(backbone(inputs)["pooled_output"]), atol=1e-6)
+
+
+def test_attention_dropout_is_its_own_rate():
+    """attention_probs_dropout_prob sets the attention weights' dropout, hidden_dropout_prob the residual branches'
+    and the embeddings'; both written back; None means dropout's rate (configs saved before the field)."""
+    from attnlayers.applications.bert.checkpoint import config_to_hf
+    from attnlayers.applications.bert.training import built_backbone
+
+    config = config_from_hf({**HF_CONFIG, "attention_probs_dropout_prob": 0.0, "hidden_dropout_prob": 0.2})
+    assert (config.dropout, config.attention_dropout) == (0.2, 0.0)
+    blocks = built_backbone(config).encoder.blocks
+    assert [b.self_attention.dropout for b in blocks] == [0.0, 0.0] and blocks[0].dropout == 0.2
+    hf = config_to_hf(config)
+    assert (hf["attention_probs_dropout_prob"], hf["hidden_dropout_prob"]) == (0.0, 0.2)
+    assert BertConfig(dropout=0.3).attention_dropout == 0.3

@@ -384,3 +384,32 @@ def test_overrides_fix_an_eos_token_outside_the_vocabulary(tmp_path):
     assert (model.end_token_id, model.pad_token_id) == (0, 0)
     _assert_matches_reference(model, tensors)
     assert config_from_hf({**HF_CONFIG, "eos_token_id": [7]}).end_token_id == 7
+
+
+def test_attention_dropout_is_its_own_rate():
+    """attn_pdrop sets the attention weights' dropout, resid_pdrop the residual branches' and the embeddings' (a
+    different embd_pdrop warns); both written back; None means dropout's rate (configs saved before the field)."""
+    import warnings
+
+    from attnlayers.applications.gpt.checkpoint import config_to_hf
+    from attnlayers.applications.gpt.llama_checkpoint import llama_config_from_hf, llama_config_to_hf
+
+    config = config_from_hf({**HF_CONFIG, "attn_pdrop": 0.0, "resid_pdrop": 0.2, "embd_pdrop": 0.2})
+    assert (config.dropout, config.attention_dropout) == (0.2, 0.0)
+    model = GPT(config)
+    blocks = model.decoder.blocks
+    assert [b.self_attention.dropout for b in blocks] == [0.0] * len(blocks) and blocks[0].dropout == 0.2
+    assert model.embedding_dropout.rate == 0.2
+    hf = config_to_hf(config)
+    assert (hf["attn_pdrop"], hf["resid_pdrop"], hf["embd_pdrop"]) == (0.0, 0.2, 0.2)
+    with pytest.warns(UserWarning, match="embd_pdrop=0.3 differs from resid_pdrop=0.2"):
+        config_from_hf({**HF_CONFIG, "resid_pdrop": 0.2, "embd_pdrop": 0.3})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert config_from_hf(HF_CONFIG).attention_dropout == 0.1  # GPT2Config's defaults: 0.1 each
+    assert GPTConfig(dropout=0.1).attention_dropout == 0.1 and GPTConfig(dropout=0.1, attention_dropout=0.0)
+    llama = llama_config_from_hf({"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32,
+                                  "num_hidden_layers": 1, "num_attention_heads": 2, "attention_dropout": 0.25})
+    assert (llama.dropout, llama.attention_dropout) == (0.0, 0.25)  # LLaMA: no residual dropout
+    assert GPT(llama).decoder.blocks[0].self_attention.dropout == 0.25
+    assert llama_config_to_hf(llama)["attention_dropout"] == 0.25
