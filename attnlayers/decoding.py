@@ -569,6 +569,8 @@ def generate(
     seed=None,
     max_new_tokens=None,
     stop_sequences=None,
+    length_limit=None,
+    return_cache=False,
 ):
     """Generates token sequences from a step function, with fixed shapes inside ``ops.while_loop``.
 
@@ -604,10 +606,16 @@ def generate(
         stop_sequences: None or a list of non-empty lists of token ids: a row is finished when its generated
             tokens (its prompt excluded) end with one of them; they are kept, as a stop token is. A sequence of
             one token is a stop token. Checked in the loop on a fixed window (static shapes, XLA-friendly).
+        length_limit: None, an int or a scalar integer tensor in [1, L]: no row grows longer than this (prompt
+            included): the output length as a value, below the static L of the buffer and the cache, so that one
+            compiled loop serves every length. Greedy search and sampling only.
+        return_cache: also return the cache after the last step (its entries for positions 0 .. ``lengths`` - 2
+            of each row hold that row's keys and values: a later call can start from them). Greedy search and
+            sampling only.
 
     Returns:
         A :class:`DecodeResult` (``tokens``, ``scores``, ``log_probs``, ``lengths``): shapes (B, L) and (B,),
-        or (B, t, L) and (B, t) for :class:`BeamSearch`.
+        or (B, t, L) and (B, t) for :class:`BeamSearch`; with ``return_cache``, ``(result, cache)``.
 
     Example:
     >>> def next(tokens, cache, index):          # a GPT-style model with a key/value cache
@@ -636,6 +644,19 @@ def generate(
             _check_setting(max_new_tokens, "max_new_tokens", lambda n: n >= 1, "an integer >= 1", integer=True)
         else:
             positive_int(max_new_tokens, "max_new_tokens", what="the most tokens generated per row")
+    if isinstance(search, BeamSearch) and (length_limit is not None or return_cache):
+        raise ValueError(
+            "`length_limit` and `return_cache` are for greedy search and sampling; beam search stops at `max_length` "
+            f"and reorders its beams' caches. Received length_limit={length_limit!r}, return_cache={return_cache!r} "
+            f"with {search!r}."
+        )
+    if length_limit is not None:
+        if _is_tensor(length_limit):
+            _check_setting(length_limit, "length_limit", lambda n: 1 <= n <= max_length,
+                           f"an integer in [1, max_length={max_length}]", integer=True)
+        elif not (is_int(length_limit) and 1 <= length_limit <= max_length):
+            raise ValueError(f"`length_limit` must be an integer in [1, max_length={max_length}]; received "
+                             f"length_limit={length_limit!r}.")
     prompt = ops.convert_to_tensor(prompt)
     if len(prompt.shape) == 1:
         prompt = ops.expand_dims(prompt, 1)
@@ -688,16 +709,24 @@ def generate(
     seed = search.initial_seed(seed) if search.stochastic else None
     limit = None
     if max_new_tokens is not None:  # (B,): clipped to max_length first, so that the sum cannot overflow int32
-        new = ops.minimum(ops.cast(max_new_tokens, "int64"), max_length)
+        if is_int(max_new_tokens):
+            new = min(int(max_new_tokens), max_length)
+        else:  # in the tensor's own dtype (no int64 under JAX by default)
+            new = ops.minimum(max_new_tokens, ops.cast(max_length, max_new_tokens.dtype))
         limit = given_lengths + ops.cast(new, "int32")
-    return _one_token_search(next, search, prompt, mask, cache, index, max_length, stop_token_ids, pad, seed,
-                             stop_sequences, limit)
+    if length_limit is not None:
+        length_limit = ops.cast(length_limit, "int32")
+        limit = length_limit + ops.zeros_like(given_lengths) if limit is None else ops.minimum(limit, length_limit)
+    result, cache = _one_token_search(next, search, prompt, mask, cache, index, max_length, stop_token_ids, pad,
+                                      seed, stop_sequences, limit)
+    return (result, cache) if return_cache else result
 
 
 def _one_token_search(next, search, tokens, given, cache, index, max_length, stop_token_ids, pad, seed,
                       stop_sequences=None, limit=None):
     """Greedy search and sampling: one token per row and step, chosen by ``search.choose``; a row also
-    stops at a stop sequence, or at position ``limit`` (B,) (its prompt length + ``max_new_tokens``)."""
+    stops at a stop sequence, or at position ``limit`` (B,) (its prompt length + ``max_new_tokens``, or
+    ``length_limit``: a row whose prompt already fills it generates nothing). Returns (result, final cache)."""
     batch = ops.shape(tokens)[0]
     state = {
         "tokens": tokens,
@@ -712,7 +741,11 @@ def _one_token_search(next, search, tokens, given, cache, index, max_length, sto
         return ops.logical_and(state["index"] < max_length, ops.logical_not(ops.all(state["finished"])))
 
     def body(state):
-        index, tokens, finished = state["index"], state["tokens"], state["finished"]
+        index, tokens, finished, end = state["index"], state["tokens"], state["finished"], state["end"]
+        if limit is not None:  # a row whose prompt reaches its limit: finished, nothing generated
+            full = ops.logical_and(index >= limit, ops.logical_not(finished))
+            end = ops.where(full, index, end)
+            finished = ops.logical_or(finished, full)
         logits, cache = _step(next, tokens, state["cache"], index)
         chosen = search.choose(logits, index, seed)
         forced = _column(given, index)
@@ -735,12 +768,12 @@ def _one_token_search(next, search, tokens, given, cache, index, max_length, sto
             "index": index + 1,
             "finished": ops.logical_or(finished, stopped),
             "log_probs": log_probs,
-            "end": ops.where(stopped, index + 1, state["end"]),
+            "end": ops.where(stopped, index + 1, end),
         }
 
     state = ops.while_loop(cond, body, state)
     # Rows still running when all others finished were not visited beyond `index`: already padded.
-    return DecodeResult(state["tokens"], state["log_probs"], state["log_probs"], state["end"])
+    return DecodeResult(state["tokens"], state["log_probs"], state["log_probs"], state["end"]), state["cache"]
 
 
 def _beam_search(next, search, tokens, given, given_lengths, cache, index, max_length, stop_token_ids, pad,

@@ -9,11 +9,16 @@
 The model, its tokenizer and its ChatML chat template come from the file (attnlayers.applications.gpt.gguf:
 load_gguf, apply_chat_template, generate_chat). The conversation so far is rendered with the template at every
 turn; the answer is cut at <|im_end|> (the end of the assistant's turn). Decoding is greedy unless --temperature
-is given (> 0: sampling, with --top-k / --top-p / --seed); it runs as one XLA-compiled loop, compiled at the first
-answer (and again when the conversation grows past another 64 tokens): the tokens/s line after each answer counts
-the compilation on those turns (and says so). --eager runs the loop without compiling it: slower per token
-(SmolLM2-135M on 2 CPUs: ~2.5 against ~38 tokens/s) but without the ~25-35 s compilation, so quicker for one short
-answer.
+is given (> 0: sampling, with --top-k / --top-p / --seed); it runs as one XLA-compiled program (the prompt's
+prefill, 32 tokens at a time, then the decoding loop), compiled at the first answer for every prompt length (and once
+more if the conversation outgrows 512 tokens: its cache then grows to the 2,048-token context): the tokens/s line
+after such an answer counts the compilation (and says so). The conversation's key/value cache is kept between turns
+(a DecodingSession): a turn runs only the tokens after the part of the conversation already in it (the new message
+and the template around it), so an answer starts at once. --eager runs the loop without compiling it: slower per
+token (SmolLM2-135M on 2 CPUs: ~2.5 against ~38 tokens/s) but without the compilation (~25-35 s on a quiet machine),
+so quicker for one short answer. Under JAX (KERAS_BACKEND=jax: the model runs on JAX, the
+tokenizer on TensorFlow), --compilation-cache DIR keeps the compiled programs in DIR for the next run (JAX's
+persistent compilation cache): a later run loads them instead of compiling.
 
 --export DIR writes a SavedModel with a "chat" signature (message strings in, the answers out: greedy,
 --max-new-tokens; the chat template is applied in-graph) and a "generate" signature (the same, with the sampling
@@ -64,6 +69,9 @@ def parse_args(argv=None):
     parser.add_argument("--top-p", type=float, default=1.0, help="sampling: nucleus probability mass (1 = off)")
     parser.add_argument("--seed", type=int, default=None, help="sampling: the seed (default: a new one per answer)")
     parser.add_argument("--eager", action="store_true", help="run the decoding loop without XLA compilation")
+    parser.add_argument("--compilation-cache", metavar="DIR", default=None,
+                        help="KERAS_BACKEND=jax: keep the compiled programs in DIR, where the next run loads them "
+                             "instead of compiling (JAX's persistent compilation cache)")
     parser.add_argument("--export", metavar="DIR", default=None,
                         help="write the chat SavedModel here (then answer --prompt, if given)")
     parser.add_argument("--input-length", type=int, default=256,
@@ -111,17 +119,18 @@ def search_of(args):
     return "greedy"
 
 
-def answer(model, tokenizer, metadata, messages, args):
-    """The assistant's answer to ``messages``; its speed printed to stderr."""
+def answer(model, tokenizer, metadata, messages, args, session=None):
+    """The assistant's answer to ``messages``; its speed printed to stderr. ``session``: the conversation's
+    DecodingSession (None with --eager)."""
     from attnlayers.applications.gpt.gguf import apply_chat_template, generate_chat
 
-    from attnlayers.applications.gpt import generation
+    from attnlayers.applications.gpt.generation import compilations
 
-    compiled = len(generation._COMPILED.get(model, {}))
+    compiled = compilations(model)
     started = time.perf_counter()
     try:
         text = generate_chat(model, tokenizer, messages, metadata, max_new_tokens=args.max_new_tokens,
-                             search=search_of(args), seed=args.seed, jit_compile=not args.eager)
+                             search=search_of(args), seed=args.seed, jit_compile=not args.eager, session=session)
     except ValueError as error:
         raise usage_error(error) from None
     seconds = time.perf_counter() - started
@@ -130,9 +139,11 @@ def answer(model, tokenizer, metadata, messages, args):
     if count < args.max_new_tokens:
         count += 1
     prompt = int(tokenizer.tokenize(apply_chat_template(messages, metadata)).shape[0])
-    note = "; this turn compiled the decoding loop" if len(generation._COMPILED.get(model, {})) > compiled else ""
-    print(f"[{count} tokens in {seconds:.2f} s: {count / seconds:.1f} tokens/s; prompt {prompt} tokens{note}]",
-          file=sys.stderr)
+    cached = f", {session.reused_tokens} of them already in the cache" if session is not None else ""
+    loaded = " (or loaded it from --compilation-cache)" if args.compilation_cache is not None else ""
+    note = f"; this turn compiled the decoding program{loaded}" if compilations(model) > compiled else ""
+    print(f"[{count} tokens in {seconds:.2f} s: {count / seconds:.1f} tokens/s; prompt {prompt} tokens{cached}"
+          f"{note}]", file=sys.stderr)
     return text
 
 
@@ -153,7 +164,15 @@ def export(model, tokenizer, metadata, args):
           f"or with TensorFlow Serving: the signature 'chat' takes 'message' (strings), returns 'text'.")
 
 
+def session_of(model, args):
+    """The conversation's DecodingSession (its key/value cache kept between turns), or None with --eager."""
+    from attnlayers.applications.gpt.generation import DecodingSession
+
+    return None if args.eager else DecodingSession(model)
+
+
 def interact(model, tokenizer, metadata, args):
+    session = session_of(model, args)
     messages = [] if args.system is None else [{"role": "system", "content": args.system}]
     print("Type a message (an empty line or end of input quits).", file=sys.stderr)
     while True:
@@ -165,7 +184,7 @@ def interact(model, tokenizer, metadata, args):
         if not line.strip():
             return 0
         messages.append({"role": "user", "content": line})
-        text = answer(model, tokenizer, metadata, messages, args)
+        text = answer(model, tokenizer, metadata, messages, args, session)
         messages.append({"role": "assistant", "content": text})
         print(text, flush=True)
 
@@ -174,6 +193,13 @@ def run(args):
     from attnlayers import startup
 
     startup.run_first_graph()  # oneDNN's int32 / int64 lines, dropped (ATTNLAYERS_QUIET_STARTUP above)
+    if args.compilation_cache is not None:
+        from attnlayers.applications.gpt.generation import use_compilation_cache
+
+        try:
+            use_compilation_cache(args.compilation_cache)
+        except ValueError as error:
+            raise usage_error(error) from None
     model, tokenizer, metadata = load(args)
     if not metadata.get("chat_template"):
         raise UsageError(f"{metadata['file']}: the file has no chat template (tokenizer.chat_template)")

@@ -10,6 +10,13 @@ a stop string with other tokens in context (e.g. "\\n\\n" after "."): the row th
 cut at it. A stop string that spans the prompt and the generated text is not a stop: only the generated part is
 searched.
 
+Compiled decoding (``jit_compile=True``) runs greedy search and sampling as one XLA program for every prompt length:
+the prompts sit in a (B, L) buffer, the key/value cache has the static length L, the prompt is prefilled by chunks of
+32 tokens from a start position that is a value (:meth:`GPT.prefill`), and the decoding loop takes the prompt
+lengths, ``max_new_tokens`` and the output length as values. A :class:`DecodingSession` keeps the cache between
+calls (a chat's turns): a call prefills only what follows the tokens already in it. :func:`compilations` counts the
+programs compiled; :func:`use_compilation_cache` keeps them on disk for later processes (JAX).
+
 TensorFlow (the tokenizer's ops); the model runs on the TensorFlow or the JAX backend (``jit_compile`` on both).
 """
 
@@ -22,7 +29,10 @@ from attnlayers.deprecation import renamed_keyword
 from attnlayers.stop_strings import check_stop_strings, cut_at_stop_strings, stop_sequences_for
 from attnlayers.validation import positive_int
 
-__all__ = ["check_stop_strings", "cut_at_stop_strings", "generate_text", "stop_sequences_for"]
+from ..core.generative import check_id_range
+
+__all__ = ["DecodingSession", "check_stop_strings", "compilations", "cut_at_stop_strings", "generate_text",
+           "stop_sequences_for", "use_compilation_cache"]
 
 
 def _tokenize_prompts(model, tokenizer, prompts, max_length):
@@ -56,15 +66,48 @@ def _tokenize_prompts(model, tokenizer, prompts, max_length):
     return token_ids, mask
 
 
-_BUCKET = 64  # jit_compile: prompts are padded to a multiple of this width (one compiled loop per width)
-_COMPILED = weakref.WeakKeyDictionary()  # model -> {(width, max_length, search, ...): the compiled loop}
+_BUCKET = 64  # beam search: prompts are padded to a multiple of this width (one compiled loop per width)
+_CHUNK = 32  # prefill: the prompt runs through the model this many tokens at a time (one compiled chunk)
+_MIN_LENGTH = 64  # the shortest cache of a call without a session (then 128, 256, ... up to the context)
+_COMPILED = weakref.WeakKeyDictionary()  # model -> {settings: the compiled program}
+_TRACES = weakref.WeakKeyDictionary()  # model -> how many decoding programs were traced and compiled for it
 
 
-def _compile(model_ref, run):
-    """``run(ids, prompt_mask, seed)`` compiled with XLA: a ``tf.function(jit_compile=True)`` under TensorFlow; under
-    JAX a ``jax.jit`` of the stateless call (the model's variables are arguments, mapped in a
-    ``keras.StatelessScope``, as keras-hub's ``CausalLM`` does: weights loaded or trained later are used, not the
-    values seen when tracing). ``model_ref``: a weak reference to the model (the cache must not keep it alive)."""
+def compilations(model):
+    """How many decoding programs :func:`generate_text` (``jit_compile=True``) has traced and compiled for ``model``
+    in this process (under JAX with a persistent compilation cache, a trace may load its program from the disk
+    instead): what tells a chat whether a turn compiled."""
+    return _TRACES.get(model, 0)
+
+
+def use_compilation_cache(directory):
+    """Keeps this process's compiled XLA programs (the decoding programs included) in ``directory``, where a later
+    process compiling the same program for the same shapes loads it instead of compiling it: JAX's persistent
+    compilation cache (``jax.config`` ``jax_compilation_cache_dir``; the environment variable
+    ``JAX_COMPILATION_CACHE_DIR`` does the same without code). Programs that took under a second to compile are not
+    kept (JAX's ``jax_persistent_cache_min_compile_time_secs``). Other backends: a ValueError (there is no such
+    cache to turn on here)."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise ValueError(f"`directory`: a persistent compilation cache needs the JAX backend; this process runs "
+                         f"{keras.backend.backend()!r} (set KERAS_BACKEND=jax). Received directory={directory!r}.")
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+
+
+def _traced(model):
+    """Counts one trace of a decoding program of ``model`` (called while tracing: once per compilation)."""
+    _TRACES[model] = _TRACES.get(model, 0) + 1
+
+
+def _compile(model_ref, run, donate=()):
+    """``run(*arrays)`` compiled with XLA: a ``tf.function(jit_compile=True)`` under TensorFlow; under JAX a
+    ``jax.jit`` of the stateless call (the model's variables are arguments, mapped in a ``keras.StatelessScope``, as
+    keras-hub's ``CausalLM`` does: weights loaded or trained later are used, not the values seen when tracing), the
+    arguments at positions ``donate`` donated (their buffers reused for the outputs: the key/value cache is updated
+    in place rather than copied). ``model_ref``: a weak reference to the model (the cache must not keep it alive)."""
     import keras
 
     backend = keras.backend.backend()
@@ -75,57 +118,205 @@ def _compile(model_ref, run):
     if backend == "jax":
         import jax
 
-        def stateless(values, ids, prompt_mask, seed_):
+        def stateless(values, *arrays):
             with keras.StatelessScope(state_mapping=list(zip(model_ref().variables, values))):
-                return run(ids, prompt_mask, seed_)
+                return run(*arrays)
 
-        jitted = jax.jit(stateless)
-        return lambda ids, prompt_mask, seed_: jitted([v.value for v in model_ref().variables], ids, prompt_mask,
-                                                      seed_)
+        jitted = jax.jit(stateless, donate_argnums=tuple(1 + i for i in donate))
+        return lambda *arrays: jitted([v.value for v in model_ref().variables], *arrays)
     raise ValueError(f"`jit_compile=True` needs the TensorFlow or JAX backend; received the {backend!r} backend. "
                      "Pass jit_compile=False.")
 
 
-def _compiled_generate(model, token_ids, mask, max_length, search, seed, max_new_tokens, stop_sequences):
-    """``model.generate`` as one XLA-compiled loop (:func:`_compile`), cached per model and shape: the prompts
-    right-padded to a multiple of ``_BUCKET`` tokens, so a growing chat compiles once per bucket."""
+def _sampling_seed(search, seed):
+    """The seed of a compiled call: ``seed``, else the search's, else a fresh one (sampling); 0 for greedy."""
+    import numpy as np
+
+    check_seed(seed)  # a named ValueError before the conversion below
+    if seed is None and search.stochastic:
+        seed = getattr(search, "seed", None)
+        seed = int(np.random.randint(2**31 - 1)) if seed is None else seed
+    return np.asarray(0 if seed is None else seed, dtype="int32")
+
+
+def _compiled_beam_search(model, token_ids, mask, max_length, search, stop_sequences):
+    """Beam search as ``model.generate`` in one XLA-compiled loop (:func:`_compile`), cached per model and shape: the
+    prompts right-padded to a multiple of ``_BUCKET`` tokens (its loop carries and reorders k caches every step, so
+    it keeps caches sized for the call rather than the context)."""
     import numpy as np
 
     limit = model.config.max_sequence_length
     width = token_ids.shape[1]
     bucket = -(-width // _BUCKET) * _BUCKET
-    if bucket + (max_new_tokens or 1) > (max_length or limit):  # no room to pad: this width, as given
+    if bucket + 1 > (max_length or limit):  # no room to pad: this width, as given
         bucket = width
     if max_length is None:
-        max_length = limit if max_new_tokens is None else min(limit, bucket + max_new_tokens)
-    if max_new_tokens is not None:  # a row generates at most max_length - its length tokens (no int32 wrap-around)
-        max_new_tokens = max(1, min(max_new_tokens, max_length - int(mask.sum(axis=1).min())))
+        max_length = limit
     pad = np.full((len(token_ids), bucket - width), model.pad_token_id, "int32")
     token_ids = np.concatenate([token_ids, pad], axis=1)
     mask = np.concatenate([mask, np.zeros(pad.shape, bool)], axis=1)
-    check_seed(seed)  # a named ValueError before the conversion below
-    if seed is None and search.stochastic:
-        seed = getattr(search, "seed", None)
-        seed = int(np.random.randint(2**31 - 1)) if seed is None else seed
-    key = (bucket, max_length, repr(search), max_new_tokens, stop_sequences and tuple(map(tuple, stop_sequences)))
+    key = ("beam", bucket, max_length, repr(search), stop_sequences and tuple(map(tuple, stop_sequences)))
     functions = _COMPILED.setdefault(model, {})
     if key not in functions:
         model_ref = weakref.ref(model)  # a value of the WeakKeyDictionary holding its key would keep it forever
 
-        def run(ids, prompt_mask, seed_):
-            result = model_ref().generate(ids, max_length, search, seed_ if search.stochastic else None,
-                                          padding_mask=prompt_mask, max_new_tokens=max_new_tokens,
+        def run(ids, prompt_mask):
+            _traced(model_ref())
+            result = model_ref().generate(ids, max_length, search, None, padding_mask=prompt_mask,
                                           stop_sequences=stop_sequences)
             return result.tokens, result.lengths
 
         functions[key] = _compile(model_ref, run)
-    tokens, lengths = functions[key](token_ids, mask, np.asarray(0 if seed is None else seed, dtype="int32"))
-    return tokens, lengths, mask
+    return functions[key](token_ids, mask)
+
+
+class DecodingSession:
+    """The key/value cache of a conversation, kept between :func:`generate_text` calls (``session=``; a chat's
+    turns): the next call runs only the tokens after the longest prefix its prompts share with the tokens the cache
+    holds (the earlier turns, the previous answer included), instead of the whole conversation again.
+
+    The cache has a static length: 512 positions (or the context, if shorter), then 2,048, 8,192, ... (capped at the
+    context) when a call needs more; the cache is carried over. Each length is compiled once (per batch size and
+    search), so a conversation compiles a bounded number of times: at most twice up to a context of 2,048. A short
+    cache keeps the prefill's cost low (each chunk attends over the whole cache). Its entries are the model's keys
+    and values for its current weights: after changing the weights (training, ``set_weights``), call :meth:`reset`.
+
+    Args:
+        model: the :class:`~attnlayers.applications.gpt.GPT` the session decodes with.
+
+    Attributes:
+        length: the cache's current length L.
+        reused_tokens: how many prompt tokens (per row, the fewest) the last call found in the cache.
+
+    Example:
+    >>> session = DecodingSession(model)
+    >>> generate_text(model, tokenizer, [conversation], max_new_tokens=48, jit_compile=True, session=session)
+    """
+
+    first_length = 512
+    growth = 4
+
+    def __init__(self, model):
+        self.model = model
+        self.length = min(self.first_length, model.config.max_sequence_length)
+        self.reset()
+
+    def reset(self):
+        """Forgets the cache (the next call prefills its whole prompt)."""
+        self.cache, self.tokens, self.reused_tokens = None, None, 0
+
+    def fit(self, needed):
+        """The cache length for a call that needs ``needed`` positions: the current one, or a longer one (the cache
+        padded to it, its entries kept)."""
+        if needed <= self.length:
+            return self.length
+        length, limit = self.length, self.model.config.max_sequence_length
+        while length < needed:
+            length *= self.growth
+        length = min(length, limit)
+        if self.cache is not None:
+            from keras import ops
+
+            self.cache = ops.pad(self.cache, [[0, 0]] * 3 + [[0, length - self.length]] + [[0, 0]] * 2)
+        self.length = length
+        return length
+
+    def start(self, token_ids, mask):
+        """``(cache, start)`` for right-padded prompts (B, P): the kept cache and the length of the prefix every row
+        shares with the tokens it holds, or (None, 0)."""
+        if self.cache is None or len(self.tokens) != len(token_ids):
+            return None, 0
+        shared = []
+        for row, length, kept in zip(token_ids, mask.sum(axis=1), self.tokens):
+            row, count = row[:length], min(int(length), len(kept))
+            same = (row[:count] != kept[:count]).nonzero()[0]
+            shared.append(int(same[0]) if same.size else count)
+        return self.cache, min(shared)
+
+    def keep(self, cache, tokens, lengths):
+        """Keeps the cache after a call: its entries for positions 0 .. lengths - 2 of each row are that row's."""
+        self.cache = cache
+        self.tokens = [row[: max(int(length) - 1, 0)] for row, length in zip(tokens, lengths)]
+
+
+def _cache_length(model, needed, session):
+    """The static length L of a compiled call's cache and token buffer: the session's (:meth:`DecodingSession.fit`),
+    else the least of 64, 128, 256, ... (capped at the context) that holds ``needed`` tokens."""
+    if session is not None:
+        return session.fit(needed)
+    length = _MIN_LENGTH
+    while length < needed:
+        length *= 2
+    return min(length, model.config.max_sequence_length)
+
+
+def _compiled_generate(model, token_ids, mask, max_length, search, seed, max_new_tokens, stop_sequences,
+                       session=None):
+    """Greedy search and sampling in one XLA-compiled program (:func:`_compile`) for every prompt length: the
+    prompts in a (B, L) buffer and their mask, the cache of static length L (:func:`_cache_length`), the prefill by
+    chunks of ``_CHUNK`` tokens from a start position given as a value (:meth:`GPT.prefill` in a loop), then the
+    decoding loop (:func:`attnlayers.decoding.generate` from the shortest prompt, ``max_new_tokens`` and the output
+    length as values). Compiled once per model, batch size, L, search and stop sequences. With a
+    :class:`DecodingSession` the prefill starts after the prefix the prompts share with the session's cache."""
+    import numpy as np
+    from keras import ops
+
+    from attnlayers.decoding import generate
+
+    seed = _sampling_seed(search, seed)
+    batch, width = token_ids.shape
+    limit = model.config.max_sequence_length
+    wanted = max_length if max_length is not None else (
+        limit if max_new_tokens is None else min(limit, width + max_new_tokens))
+    length = _cache_length(model, wanted, session)
+    chunk = min(_CHUNK, length)
+    buffer = np.full((batch, length), model.pad_token_id, "int32")
+    buffer[:, :width] = token_ids
+    buffer_mask = np.zeros((batch, length), bool)
+    buffer_mask[:, :width] = mask
+    key = ("one token", batch, length, chunk, repr(search), stop_sequences and tuple(map(tuple, stop_sequences)))
+    functions = _COMPILED.setdefault(model, {})
+    if key not in functions:
+        model_ref = weakref.ref(model)  # a value of the WeakKeyDictionary holding its key would keep it forever
+
+        def run(ids, prompt_mask, cache, start, new_tokens, length_limit, seed_):
+            model_ = model_ref()
+            _traced(model_)
+            # The loop's first step feeds token P_min - 1 (P_min: the shortest prompt): prefill [start, P_min - 1).
+            end = ops.min(ops.sum(ops.cast(prompt_mask, "int32"), axis=1)) - 1
+
+            def prefill(position, cache):
+                at = ops.minimum(position, length - chunk)  # a last chunk past L is moved back (rewrites the same)
+                return at + chunk, model_.prefill(ops.slice(ids, (0, at), (batch, chunk)), cache, at)
+
+            _, cache = ops.while_loop(lambda position, cache: position < end, prefill, (start, cache))
+            result, cache = generate(
+                model_.next, ids, length, search, cache=cache, prompt_mask=prompt_mask,
+                stop_token_ids=list(model_.stop_token_ids), pad_token_id=model_.pad_token_id,
+                seed=seed_ if search.stochastic else None, max_new_tokens=new_tokens, stop_sequences=stop_sequences,
+                length_limit=length_limit, return_cache=True,
+            )
+            return result.tokens, result.lengths, cache
+
+        functions[key] = _compile(model_ref, run, donate=(2,))
+    cache, start = (None, 0) if session is None else session.start(token_ids, mask)
+    if cache is None:
+        c = model.config
+        cache = ops.zeros((batch, c.num_layers, 2, length, c.key_value_heads, c.head_dim), model.compute_dtype)
+    if session is not None:
+        session.cache, session.reused_tokens = None, start  # donated under JAX: not to be read again
+    tokens, lengths, cache = functions[key](
+        buffer, buffer_mask, cache, np.asarray(start, "int32"), np.asarray(max_new_tokens or length, "int32"),
+        np.asarray(wanted, "int32"), seed)
+    tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+    if session is not None:
+        session.keep(cache, tokens, lengths)
+    return tokens, lengths
 
 
 @renamed_keyword("strategy", "search")
 def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=None, search="greedy",
-                  seed=None, stop_strings=None, jit_compile=False):
+                  seed=None, stop_strings=None, jit_compile=False, session=None):
     """Continues text prompts with a GPT (``model.generate``) and returns the generated text.
 
     Args:
@@ -144,11 +335,18 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
         stop_strings: None or a list of non-empty strings: generation of a row stops when its tokens end with one
             (as tokenized alone), and the text is cut before the first occurrence of any (see the module
             docstring).
-        jit_compile: run the decoding loop (any search, beam search included) as one XLA-compiled function: a
+        jit_compile: run the prefill and the decoding loop as one XLA-compiled program: a
             ``tf.function(jit_compile=True)`` under TensorFlow, a ``jax.jit`` of the stateless call under JAX (other
-            backends: a ValueError), compiled on the first call for each prompt width bucket (prompts right-padded
-            to a multiple of 64 tokens) and settings, then reused: several times faster per token on CPUs after that
-            first call.
+            backends: a ValueError), several times faster per token on CPUs than the plain loop. Greedy search and
+            sampling compile once per batch size, search, stop strings and cache length (64, 128, 256, ... up to
+            ``max_sequence_length``: the least that holds the output), whatever the prompt length, ``max_length``
+            and ``max_new_tokens`` (values, not shapes): the prompt is prefilled 32 tokens at a time. Beam search
+            compiles once per prompt width bucket (prompts right-padded to a multiple of 64 tokens) and settings.
+            :func:`compilations` counts the programs compiled.
+        session: None, or a :class:`DecodingSession` (with ``jit_compile=True``, greedy search or sampling): its
+            cache (512 positions, then 2,048, ... up to ``max_sequence_length``) is kept between calls and a call
+            prefills only the tokens after the prefix its prompts share with the previous call's prompt and output
+            (a chat's turns).
 
     Returns:
         A list of B strings (the generated continuation: prompt, end token and stop string left out; invalid UTF-8
@@ -172,9 +370,22 @@ def generate_text(model, tokenizer, prompts, *, max_length=None, max_new_tokens=
             max_length = min(model.config.max_sequence_length, token_ids.shape[1] + int(max_new_tokens))
         max_new_tokens = None
     stop_sequences = stop_sequences_for(tokenizer, stop_strings) or None
+    if session is not None and (not jit_compile or isinstance(search, BeamSearch) or session.model is not model):
+        raise ValueError(
+            "`session` keeps the key/value cache of one model's compiled greedy search or sampling: pass "
+            f"jit_compile=True, a search other than beam search, and the session's model; received "
+            f"jit_compile={jit_compile!r}, search={search!r}"
+            f"{', another model' if session.model is not model else ''}."
+        )
     if jit_compile:
-        tokens, lengths, mask = _compiled_generate(model, token_ids, mask, max_length, search, seed,
-                                                   max_new_tokens, stop_sequences)
+        model.generation_length(max_length)  # a ValueError beyond max_sequence_length
+        check_id_range(token_ids, "token_ids", model.config.vocabulary_size, what="token ids")
+        if isinstance(search, BeamSearch):
+            check_seed(seed)
+            tokens, lengths = _compiled_beam_search(model, token_ids, mask, max_length, search, stop_sequences)
+        else:
+            tokens, lengths = _compiled_generate(model, token_ids, mask, max_length, search, seed, max_new_tokens,
+                                                 stop_sequences, session)
     else:
         result = model.generate(token_ids, max_length, search, seed, padding_mask=mask,
                                 max_new_tokens=max_new_tokens, stop_sequences=stop_sequences)

@@ -563,7 +563,9 @@ def generate_chat(model, tokenizer, messages, metadata, **generate_text_kwargs):
         model, tokenizer, metadata: :func:`load_gguf`'s.
         messages: a non-empty list of {"role", "content"} dicts (the conversation so far, the user's turn last).
         **generate_text_kwargs: :func:`~.generation.generate_text`'s (``max_new_tokens``, ``search``, ``seed``,
-            ``stop_strings`` (``<|im_end|>`` is added), ``jit_compile``, ...).
+            ``stop_strings`` (``<|im_end|>`` is added), ``jit_compile``, ``session``: a
+            :class:`~.generation.DecodingSession` kept for the whole conversation, so that a turn runs only the
+            tokens after the earlier turns, ...).
 
     Returns:
         The answer (a string). Where the file says ``add_bos_token``, the prompt starts with its BOS token.
