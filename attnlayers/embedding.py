@@ -81,9 +81,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = mask_zero
 
-        self.token_embedding = keras.layers.Embedding(
-            self.table_size, embedding_dim, embeddings_initializer=self.embeddings_initializer,
-            mask_zero=mask_zero, name="token_embedding", dtype=self.dtype_policy,
+        # Keras' ReversibleEmbedding: the same "embeddings" weight as keras.layers.Embedding, and a reverse
+        # projection that reads it in every quantization mode (model.quantize("int8" | "int4") scales the tied table
+        # in both directions; a plain matmul with the int8 table would miss its scale).
+        self.token_embedding = keras.layers.ReversibleEmbedding(
+            self.table_size, embedding_dim, tie_weights=True, embeddings_initializer=self.embeddings_initializer,
+            mask_zero=mask_zero, reverse_dtype=self.dtype_policy.compute_dtype,  # logits in the compute dtype
+            name="token_embedding", dtype=self.dtype_policy,
         )
         if position == "learned":
             self.position_embedding = PositionEmbedding(
@@ -139,8 +143,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if len(hidden.shape) < 2:
             check_rank(hidden.shape, (2, 3), "inputs", layout)
         check_feature_size(hidden.shape, self.embedding_dim, "inputs", built_with="embedding_dim, with reverse=True")
-        table = ops.cast(self.token_embedding.embeddings, hidden.dtype)
-        logits = ops.matmul(hidden, ops.transpose(table))
+        logits = self.token_embedding(hidden, reverse=True)  # h E^T, E dequantized where quantized
         if self.table_size != self.vocabulary_size:  # the padded rows' columns never leave the layer
             logits = logits[..., :self.vocabulary_size]
         if self.output_bias:

@@ -378,9 +378,12 @@ class GPT(GenerativeModel):
 
     def _build_llama(self, c, init):
         """Token embedding only (RoPE in the attention), pre-RMSNorm blocks with SwiGLU, GQA and no biases."""
-        self.token_embedding = keras.layers.Embedding(
-            c.padded_vocabulary_size, c.hidden_dim, embeddings_initializer=init, name="token_embedding",
-            dtype=self.dtype_policy,
+        # Tied, the output projection is this table's reverse (keras' ReversibleEmbedding: correct under
+        # model.quantize, which scales the table in both directions).
+        self.token_embedding = keras.layers.ReversibleEmbedding(
+            c.padded_vocabulary_size, c.hidden_dim, tie_weights=True, embeddings_initializer=init,
+            reverse_dtype=self.dtype_policy.compute_dtype,  # logits in the compute dtype, as the untied lm_head's
+            name="token_embedding", dtype=self.dtype_policy,
         )
         self.token_embedding.build((None, None))
         _zero_padded_rows(self.token_embedding.embeddings, c.vocabulary_size, axis=0)
@@ -416,7 +419,7 @@ class GPT(GenerativeModel):
         if self.lm_head is not None:
             logits = self.lm_head(hidden)
         else:
-            logits = ops.matmul(hidden, ops.transpose(ops.cast(self.token_embedding.embeddings, hidden.dtype)))
+            logits = self.token_embedding(hidden, reverse=True)  # h E^T, E dequantized where quantized
         if self.config.padded_vocabulary_size != self.config.vocabulary_size:
             logits = logits[..., :self.config.vocabulary_size]
         return logits
