@@ -30,7 +30,8 @@ _TOKENIZER_NAMES = ("END_OF_TEXT", "GPT2Tokenizer", "pretokenize", "train_byte_l
 # Text generation (`generation`: generate_text with stop strings) and its SavedModel (`export`: export_gpt, strings
 # in, text out, sampling settings as inputs, served by TensorFlow alone): TensorFlow too, imported on first use.
 _LAZY = {"generate_text": "generation", "export_gpt": "export", **dict.fromkeys(_TOKENIZER_NAMES, "tokenizer"),
-         "load_gguf": "gguf", "apply_chat_template": "gguf", "generate_chat": "gguf", "export_chat": "export"}
+         "load_gguf": "gguf", "save_gguf": "gguf_writer", "apply_chat_template": "gguf", "generate_chat": "gguf",
+         "export_chat": "export"}
 
 __all__ = [
     "GPT", "GPT_PRESETS", "GPTConfig", "copy_keras_hub_weights", "from_keras_hub", "gelu_approximate",

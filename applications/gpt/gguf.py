@@ -459,8 +459,10 @@ def load_gguf(path, *, tokenizer_directory=None, with_tokenizer=True, **override
         "bos_token_id", "eos_token_id", "padding_token_id", "unknown_token_id" (None where absent),
         "special_tokens" ({token: id}), "tokenizer_pre", "add_bos_token" (whether llama.cpp prepends
         bos_token_id to a prompt: the tokenizer does not, so prepend it where True), "tokenizer_files"
-        ((vocab.json, merges.txt) or None), "tensor_types" ({type name: count}) and "fields" (every scalar
-        metadata field: {key: value}).
+        ((vocab.json, merges.txt) or None), "tensor_types" ({type name: count}), "fields" (every scalar
+        metadata field: {key: value}), "arrays" (every array field: {key: list}, the tokenizer's tokens,
+        token_type and merges among them) and "field_types" ({key: GGUF value type names, e.g. ("UINT32",) or
+        ("ARRAY", "STRING")}): what :func:`~.gguf_writer.save_gguf` carries over.
 
     Raises:
         ValueError: naming the file and: the missing or unreadable file (truncated, not GGUF), the missing metadata
@@ -481,6 +483,10 @@ def load_gguf(path, *, tokenizer_directory=None, with_tokenizer=True, **override
         "tensor_types": _count(tensor.tensor_type.name for tensor in reader.tensors),
         "fields": {key: field.contents() for key, field in reader.fields.items()
                    if not key.startswith("GGUF.") and field.types and field.types[0].name != "ARRAY"},
+        "arrays": {key: field.contents() for key, field in reader.fields.items()
+                   if not key.startswith("GGUF.") and field.types and field.types[0].name == "ARRAY"},
+        "field_types": {key: tuple(t.name for t in field.types) for key, field in reader.fields.items()
+                        if not key.startswith("GGUF.") and field.types},
     }
     for key in ("bos_token_id", "eos_token_id", "padding_token_id", "unknown_token_id"):
         value = fields.integer(f"tokenizer.ggml.{key}")

@@ -89,6 +89,17 @@ def _to_hf(value, in_axes):
     return value.reshape(int(np.prod(value.shape[:in_axes])), -1).T
 
 
+def weight_value(weight, name):
+    """A weight of :func:`tensor_map` as a float32 NumPy array: a variable's value, or the tensor that a LoRA-enabled
+    projection's ``kernel`` is (W + (alpha / r) B A, the weight it computes with). Integer (quantized) weights are
+    refused: written as floats they would be the integer codes without their scales."""
+    value = ops.convert_to_numpy(getattr(weight, "value", weight))
+    if not np.issubdtype(value.dtype, np.floating):
+        raise ValueError(f"`model`: the weight for {name!r} is {value.dtype} (a quantized model?); checkpoints are "
+                         f"written from float weights: save before `quantize`, or from the float model.")
+    return np.asarray(value, np.float32)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # config.json <-> GPTConfig
 
@@ -229,7 +240,7 @@ def save_hf_llama_checkpoint(model, directory):
     if not (isinstance(model, GPT) and model.config.architecture == "llama"):
         raise ValueError(f"`model` must be a GPT with architecture='llama'; received {model!r}.")
     tensors = {
-        name: np.ascontiguousarray(_to_hf(np.asarray(ops.convert_to_numpy(variable.value), np.float32), in_axes))
+        name: np.ascontiguousarray(_to_hf(weight_value(variable, name), in_axes))
         for name, variable, in_axes in tensor_map(model)
     }
     os.makedirs(directory, exist_ok=True)
