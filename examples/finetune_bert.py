@@ -104,7 +104,9 @@ def run(args):
     if args.export is not None and not args.no_export and keras.backend.backend() != "tensorflow":
         raise UsageError(f"--export writes a TensorFlow SavedModel, which needs KERAS_BACKEND=tensorflow (this run: "
                          f"{keras.backend.backend()}); leave it out and OUT/model.weights.h5 is saved instead")
-    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
+    from attnlayers.applications.bert import sharding
+
+    strategy = start_runtime(args, layout=sharding.layout_map)  # before any other TensorFlow op (multi-worker: first)
     try:
         data = tasks.load_task(args.task, args.seed)
         finetuning.check_initialization(settings.init, settings.architecture, settings.sequence_length)

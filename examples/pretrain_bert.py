@@ -131,7 +131,9 @@ def run(args):
             read_vocabulary(args.vocab)
         except (OSError, ValueError) as error:
             raise UsageError(f"--vocab {args.vocab}: {usage_error(error)}") from None
-    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
+    from attnlayers.applications.bert import sharding
+
+    strategy = start_runtime(args, layout=sharding.layout_map)  # before any other TensorFlow op (multi-worker: first)
     documents = load_documents(args.corpus, args.seed)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = pretraining.run_pretraining(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,

@@ -147,7 +147,9 @@ def run(args):
                          f"{keras.backend.backend()}); train without it, then: KERAS_BACKEND=tensorflow python "
                          f"examples/generate.py --checkpoint {os.path.join(args.out, runs.CHECKPOINT_DIR)} --export "
                          f"{args.export}")
-    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
+    from attnlayers.applications.gpt import sharding
+
+    strategy = start_runtime(args, layout=sharding.layout_map)  # before any other TensorFlow op (multi-worker: first)
     documents = load_documents(args.corpus, args.seed)
     out = worker_directory(args.out, strategy)  # OUT/worker-{i} for the other workers of a multi-worker run
     result = runs.run_training(settings_from_args(args), out, documents=documents, vocabulary=args.vocab,

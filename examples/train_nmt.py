@@ -238,7 +238,10 @@ def run(args):
     from attnlayers.applications.core.runs.replicas import held_out_batch_size
     from attnlayers.applications.nmt.export import export_translator
 
-    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
+    from attnlayers.applications.nmt import sharding
+
+    layout = sharding.layout_map if args.model == "transformer" else None  # model-parallel: the Transformer only
+    strategy = start_runtime(args, layout=layout)  # before any other TensorFlow op (multi-worker: first)
     splits, tokenizers = load_data(args)
     default = args.variant == variants.DEFAULT_VARIANTS[args.model]
     name = args.model if default else f"{args.model}-{args.variant}"

@@ -136,7 +136,10 @@ def run(args):
     from attnlayers.applications.core.runs.replicas import worker_directory
     from attnlayers.applications.vision import runs
 
-    strategy = start_runtime(args)  # before any other TensorFlow op (a multi-worker strategy must come first)
+    from attnlayers.applications.vision import sharding
+
+    layout = sharding.layout_map if args.model == "vit" else None  # model-parallel: the ViT only
+    strategy = start_runtime(args, layout=layout)  # before any other TensorFlow op (multi-worker: first)
     settings = settings_from_args(args)
     try:
         splits = runs.load_dataset(settings.dataset, seed=settings.seed, train_images=settings.train_images)

@@ -1,7 +1,7 @@
 """What the example scripts share around their work: their common flags (``--strategy`` / ``--precision`` /
-``--tpu``: :func:`add_runtime_arguments`; ``--epochs`` / ``--minutes``: :func:`add_budget_arguments`), the runtime
-they start (:func:`start_runtime`), and problems a user caused ending as one line on stderr and exit status 2,
-never a traceback.
+``--tpu`` / ``--mesh`` / ``--sharding``: :func:`add_runtime_arguments`; ``--epochs`` / ``--minutes``:
+:func:`add_budget_arguments`), the runtime they start (:func:`start_runtime`), and problems a user caused ending
+as one line on stderr and exit status 2, never a traceback.
 
     def main(argv=None):
         return run_script(PROG, parse_args, run, argv)      # run raises UsageError for the user's mistakes
@@ -26,16 +26,26 @@ def usage_error(error):
 
 
 def add_runtime_arguments(parser):
-    """Adds ``--strategy``, ``--precision`` and ``--tpu`` (a "runtime" argument group) to an ``argparse``
-    parser; read them back with :func:`runtime_from_args`. Returns the parser."""
+    """Adds ``--strategy``, ``--precision``, ``--tpu``, ``--mesh`` and ``--sharding`` (a "runtime" argument group)
+    to an ``argparse`` parser; read them back with :func:`runtime_from_args`. Returns the parser."""
     group = parser.add_argument_group("runtime (where and in what precision the model trains)")
     group.add_argument(
         "--strategy", type=canonical_strategy, choices=STRATEGIES, default="none",
         help="none (one device); data-parallel (every local device: keras.distribution.DataParallel under "
-             "KERAS_BACKEND=jax, MirroredStrategy under tensorflow); TensorFlow only: mirrored (MirroredStrategy "
-             "over all local GPUs, or the logical CPUs), multi-worker (MultiWorkerMirroredStrategy; set TF_CONFIG "
-             "on every worker), tpu (TPUStrategy; see --tpu) (default: none)",
+             "KERAS_BACKEND=jax, MirroredStrategy under tensorflow); JAX only: model-parallel "
+             "(keras.distribution.ModelParallel over --mesh, weights split as --sharding says); TensorFlow only: "
+             "mirrored (MirroredStrategy over all local GPUs, or the logical CPUs), multi-worker "
+             "(MultiWorkerMirroredStrategy; set TF_CONFIG on every worker), tpu (TPUStrategy; see --tpu) "
+             "(default: none)",
     )
+    group.add_argument("--mesh", default=None, metavar="DATAxMODEL",
+                       help="with --strategy model-parallel: the device mesh, e.g. 2x4 (8 devices: each batch split "
+                            "over 2, each large weight over 4); DATA x MODEL must be the device count, and "
+                            "--batch-size a multiple of DATA (docs/model-parallelism.md)")
+    group.add_argument("--sharding", choices=("tensor", "fsdp"), default=None,
+                       help="with --strategy model-parallel: tensor (Megatron: Q/K/V and the first MLP matmul split "
+                            "by columns, the attention output and second MLP matmul by rows) or fsdp (every matrix "
+                            "split along its d_model axis, gathered where used) (default: tensor)")
     group.add_argument(
         "--precision", choices=PRECISIONS, default="float32",
         help="Keras dtype policy: float32, mixed_float16 (GPUs; loss scaling is automatic) or mixed_bfloat16 "
@@ -46,23 +56,38 @@ def add_runtime_arguments(parser):
     return parser
 
 
-def runtime_from_args(args):
-    """``runtime.setup_runtime`` from the flags of :func:`add_runtime_arguments`."""
+def runtime_from_args(args, layout=None):
+    """``runtime.setup_runtime`` from the flags of :func:`add_runtime_arguments`; ``layout``: the model's layout
+    function for ``--strategy model-parallel`` (an application's ``sharding.layout_map``)."""
     from .runtime import setup_runtime
 
-    return setup_runtime(args.strategy, args.precision, tpu=getattr(args, "tpu", None))
+    return setup_runtime(args.strategy, args.precision, tpu=getattr(args, "tpu", None),
+                         mesh=getattr(args, "mesh", None), sharding=getattr(args, "sharding", None) or "tensor",
+                         layout=layout)
 
 
-def start_runtime(args):
+def start_runtime(args, layout=None):
     """The ``tf.distribute`` strategy (under JAX: the ``runtime.JaxRuntime``) and precision of ``--strategy`` /
     ``--precision`` (``runtime_from_args``, before any other TensorFlow op), then the seed ``args.seed``; a value the
-    runtime refuses, or a ``--batch-size`` that does not split over JAX's devices, is a UsageError."""
+    runtime refuses, ``--mesh`` / ``--sharding`` without ``--strategy model-parallel``, or a ``--batch-size`` that does
+    not split over JAX's devices, is a UsageError.
+
+    Args:
+        args: the parsed flags.
+        layout: for ``--strategy model-parallel``, the model's layout function ``layout(mesh, style=...)`` (an
+            application's ``sharding.layout_map``, or a ``functools.partial`` of it with the model's config); a
+            script without one refuses that strategy.
+    """
     import keras
 
     from .replicas import check_batch_size
 
+    for flag in ("mesh", "sharding"):
+        if getattr(args, flag, None) is not None and args.strategy != "model-parallel":
+            raise UsageError(f"--{flag} applies to --strategy model-parallel only (this run: --strategy "
+                             f"{args.strategy}).")
     try:
-        strategy = runtime_from_args(args)
+        strategy = runtime_from_args(args, layout)
         if getattr(args, "batch_size", None) is not None:
             check_batch_size(strategy, args.batch_size)
     except ValueError as error:
