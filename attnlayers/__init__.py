@@ -19,6 +19,7 @@ from attnlayers import (  # noqa: E402
     fused,
     kv_cache,
     layer_walk,
+    lora,
     masking,
     normalization,
     positional,
@@ -44,6 +45,7 @@ from attnlayers.hard import (
 )
 from attnlayers.linformer import LinformerAttention
 from attnlayers.local import LocalAttention
+from attnlayers.lora import enable_lora, load_lora_weights, merge_lora, save_lora_weights
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.normalization import RMSNorm
 from attnlayers.patches import ClassToken, PatchEmbedding

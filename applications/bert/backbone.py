@@ -17,6 +17,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from attnlayers import lora
 from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.transformer import TransformerEncoder
 from attnlayers.validation import check_rank, format_shape
@@ -59,6 +60,11 @@ class BertBackbone(keras.Model):
     >>> out = backbone({"token_ids": ids, "segment_ids": segments, "padding_mask": ids != 0})
     >>> out["sequence_output"].shape, out["pooled_output"].shape     # (B, T, 768), (B, 768)
     """
+
+    # LoRA (attnlayers.lora): model.enable_lora(rank, target, alpha), save_lora_weights(path), load_lora_weights(path),
+    # merge_lora(), as keras-hub's backbones have them
+    enable_lora, merge_lora = lora.enable_lora, lora.merge_lora
+    save_lora_weights, load_lora_weights = lora.save_lora_weights, lora.load_lora_weights
 
     def __init__(self, config=None, **kwargs):
         super().__init__(**kwargs)

@@ -32,6 +32,8 @@ import os
 import numpy as np
 from keras import ops
 
+from attnlayers.quantization import check_not_quantized
+
 from ..core.formats import weights as core_weights
 from ..core.formats.hf_config import hf_config_fields
 from ..core.formats.safetensors import read_safetensors, write_safetensors
@@ -298,6 +300,7 @@ def save_hf_checkpoint(backbone, directory, vocabulary=None):
     """
     if not isinstance(backbone, BertBackbone):
         raise ValueError(f"`backbone` must be a BertBackbone; received {type(backbone).__name__}.")
+    check_not_quantized(backbone, "save_hf_checkpoint")  # its kernels would be integer codes without their scales
     config = backbone.config
     vocabulary_text = None if vocabulary is None else _vocabulary_lines(vocabulary, config.vocabulary_size)
     weights = _built_weights(backbone)

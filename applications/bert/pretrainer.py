@@ -22,6 +22,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from attnlayers import lora
+from attnlayers.quantization import float_rows
 from attnlayers.validation import (
     check_rank,
     concrete_value,
@@ -105,6 +107,20 @@ class BertTask(keras.Model):
         super().__init__(**kwargs)
         self.backbone = backbone
 
+    # LoRA on the backbone (attnlayers.lora): the task's head stays trainable, as with keras-hub's
+    # task.backbone.enable_lora(rank); the adapter file holds the backbone's adapters (save the head's weights apart)
+    def enable_lora(self, rank, target=("query", "value"), alpha=None):
+        return lora.enable_lora(self.backbone, rank, target=target, alpha=alpha)
+
+    def save_lora_weights(self, path):
+        lora.save_lora_weights(self.backbone, path)
+
+    def load_lora_weights(self, path):
+        lora.load_lora_weights(self.backbone, path)
+
+    def merge_lora(self):
+        return lora.merge_lora(self.backbone)
+
     @property
     def hidden_dim(self):
         return self.backbone.config.hidden_dim
@@ -161,7 +177,9 @@ class BertMaskedLMHead(keras.layers.Layer):
         ``logits = LN(GELU(W h + c)) E^T + b``,  h = sequence_output gathered at ``mask_positions``.
 
     The embedding matrix E (V, d) is an argument of the call, not a weight of this layer: pass the backbone's
-    ``token_embedding.embeddings`` and the decoder is that variable (its gradient reaches the embeddings).
+    ``token_embedding.embeddings`` and the decoder is that variable (its gradient reaches the embeddings); after
+    ``model.quantize``, ``attnlayers.quantization.float_rows(backbone.token_embedding)`` (the table dequantized; an
+    integer table is refused).
 
     Args:
         vocabulary_size: V (the output bias b has shape (V,)).
@@ -204,6 +222,12 @@ class BertMaskedLMHead(keras.layers.Layer):
 
     def call(self, inputs, mask_positions, embeddings):
         check_rank(mask_positions.shape, 2, "mask_positions", "(batch, predictions) of positions")
+        if not keras.backend.is_float_dtype(embeddings.dtype):
+            raise ValueError(
+                f"`embeddings` must be the float token embedding matrix; received dtype {embeddings.dtype}: a "
+                "quantized table (model.quantize) without its scale. Pass "
+                "attnlayers.quantization.float_rows(backbone.token_embedding), the table dequantized."
+            )
         if tuple(embeddings.shape) != (self.vocabulary_size, inputs.shape[-1]):
             raise ValueError(
                 f"`embeddings` must be the (vocabulary_size, hidden_dim) = ({self.vocabulary_size}, "
@@ -288,7 +312,8 @@ class BertPretrainer(BertTask):
         mask_positions = inputs["mask_positions"]
         self._check_positions(mask_positions, inputs["token_ids"])
         out = self.backbone(backbone_inputs, training=training)
-        mlm = self.mlm_head(out["sequence_output"], mask_positions, self.backbone.token_embedding.embeddings)
+        # E read through the embedding layer: dequantized under model.quantize (its `embeddings` would be the integers)
+        mlm = self.mlm_head(out["sequence_output"], mask_positions, float_rows(self.backbone.token_embedding))
         return {"mlm": mlm, "nsp": self.nsp_head(out["pooled_output"])}
 
     # ---- training ---------------------------------------------------------------------------------------------

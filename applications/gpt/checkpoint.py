@@ -36,6 +36,8 @@ import warnings
 import numpy as np
 from keras import ops
 
+from attnlayers.quantization import check_not_quantized
+
 from ..core.formats.hf_config import hf_config_fields
 from ..core.formats.safetensors import read_safetensors, write_safetensors
 from ..core.inputs.files import read_json, replace_atomically
@@ -374,6 +376,7 @@ def save_hf_checkpoint(model, directory, vocabulary=None, merges=None):
     """
     if not isinstance(model, GPT):
         raise ValueError(f"`model` must be a GPT; received {type(model).__name__}.")
+    check_not_quantized(model, "save_hf_checkpoint")  # its kernels would be integer codes without their scales
     for name, path in (("vocabulary", vocabulary), ("merges", merges)):
         if path is not None and not os.path.isfile(path):
             raise ValueError(f"`{name}` must be the path of a file; received {path!r}, which is not one.")

@@ -69,7 +69,7 @@ def _tokenize_prompts(model, tokenizer, prompts, max_length):
 _BUCKET = 64  # beam search: prompts are padded to a multiple of this width (one compiled loop per width)
 _CHUNK = 32  # prefill: the prompt runs through the model this many tokens at a time (one compiled chunk)
 _MIN_LENGTH = 64  # the shortest cache of a call without a session (then 128, 256, ... up to the context)
-_COMPILED = weakref.WeakKeyDictionary()  # model -> {settings: the compiled program}
+_COMPILED = weakref.WeakKeyDictionary()  # model -> (weak refs to its variables, {settings: the compiled program})
 _TRACES = weakref.WeakKeyDictionary()  # model -> how many decoding programs were traced and compiled for it
 
 
@@ -100,6 +100,17 @@ def use_compilation_cache(directory):
 def _traced(model):
     """Counts one trace of a decoding program of ``model`` (called while tracing: once per compilation)."""
     _TRACES[model] = _TRACES.get(model, 0) + 1
+
+
+def _programs(model):
+    """``{settings: compiled program}`` of ``model`` as its variables are now: programs traced before they changed
+    (LoRA adapters added or merged, kernels quantized) are dropped, for a ``tf.function`` would go on running the
+    model it traced."""
+    variables = model.variables
+    known = _COMPILED.get(model, ((), None))[0]
+    if len(known) != len(variables) or any(ref() is not v for ref, v in zip(known, variables)):
+        _COMPILED[model] = (tuple(weakref.ref(v) for v in variables), {})
+    return _COMPILED[model][1]
 
 
 def _compile(model_ref, run, donate=()):
@@ -156,7 +167,7 @@ def _compiled_beam_search(model, token_ids, mask, max_length, search, stop_seque
     token_ids = np.concatenate([token_ids, pad], axis=1)
     mask = np.concatenate([mask, np.zeros(pad.shape, bool)], axis=1)
     key = ("beam", bucket, max_length, repr(search), stop_sequences and tuple(map(tuple, stop_sequences)))
-    functions = _COMPILED.setdefault(model, {})
+    functions = _programs(model)
     if key not in functions:
         model_ref = weakref.ref(model)  # a value of the WeakKeyDictionary holding its key would keep it forever
 
@@ -275,7 +286,7 @@ def _compiled_generate(model, token_ids, mask, max_length, search, seed, max_new
     buffer_mask = np.zeros((batch, length), bool)
     buffer_mask[:, :width] = mask
     key = ("one token", batch, length, chunk, repr(search), stop_sequences and tuple(map(tuple, stop_sequences)))
-    functions = _COMPILED.setdefault(model, {})
+    functions = _programs(model)
     if key not in functions:
         model_ref = weakref.ref(model)  # a value of the WeakKeyDictionary holding its key would keep it forever
 

@@ -51,10 +51,12 @@ import dataclasses
 import keras
 from keras import ops
 
+from attnlayers import lora
 from attnlayers.decoding import check_seed
 from attnlayers.deprecation import renamed_keyword
 from attnlayers.embedding import TokenAndPositionEmbedding, padded_size
 from attnlayers.positional import RotaryEmbedding
+from attnlayers.quantization import float_rows
 from attnlayers.transformer import TransformerDecoder
 from attnlayers.validation import (
     check_divisible,
@@ -330,6 +332,11 @@ class GPT(GenerativeModel):
     >>> result = model.generate(token_ids, max_length=128)            # greedy, stops at end_token_id
     """
 
+    # LoRA (attnlayers.lora): model.enable_lora(rank, target, alpha), save_lora_weights(path), load_lora_weights(path),
+    # merge_lora(), as keras-hub's backbones have them
+    enable_lora, merge_lora = lora.enable_lora, lora.merge_lora
+    save_lora_weights, load_lora_weights = lora.save_lora_weights, lora.load_lora_weights
+
     def __init__(self, config=None, **kwargs):
         if config is None:
             config = GPTConfig()
@@ -427,11 +434,12 @@ class GPT(GenerativeModel):
     @property
     def output_matrix(self):
         """The output projection as rows, (V_pad, d): the token table (tied) or ``transpose(lm_head.kernel)``: what
-        :func:`attnlayers.chunked_cross_entropy` multiplies the hidden states by (with ``vocabulary_size=V``)."""
+        :func:`attnlayers.chunked_cross_entropy` multiplies the hidden states by (with ``vocabulary_size=V``).
+        Quantized (``quantize``), the rows dequantized by the layer's own call (``attnlayers.quantization``)."""
         if self.config.architecture == "llama" and self.lm_head is not None:
-            return ops.transpose(self.lm_head.kernel)
+            return float_rows(self.lm_head)
         table = self.embedding.token_embedding if self.config.architecture == "gpt2" else self.token_embedding
-        return table.embeddings
+        return float_rows(table)
 
     def vocabulary_view(self, weight):
         """``weight`` as checkpoints see it: a padded vocabulary table (``vocabulary_padding``) as a

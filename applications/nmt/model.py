@@ -34,7 +34,7 @@ from attnlayers import (
     TransformerDecoder,
     TransformerEncoder,
 )
-from attnlayers import masking
+from attnlayers import lora, masking
 from attnlayers.scheduled_sampling import get_sampler
 from attnlayers.validation import check_divisible, format_shape
 
@@ -324,6 +324,11 @@ class TransformerTranslator(Translator):
 
     Call: ``model((source_ids (B, S), target_in_ids (B, T)))`` -> logits (B, T, V_t).
     """
+
+    # LoRA (attnlayers.lora): model.enable_lora(rank, target, alpha), save_lora_weights(path), load_lora_weights(path),
+    # merge_lora(), as keras-hub's backbones have them
+    enable_lora, merge_lora = lora.enable_lora, lora.merge_lora
+    save_lora_weights, load_lora_weights = lora.save_lora_weights, lora.load_lora_weights
 
     def __init__(self, source_vocabulary_size, target_vocabulary_size, num_layers=3, d_model=256, num_heads=4,
                  intermediate_dim=1024, dropout=0.1, max_length=64, shared_embeddings=False,

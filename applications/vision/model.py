@@ -23,7 +23,7 @@ import dataclasses
 import keras
 from keras import ops
 
-from attnlayers import ClassToken, PatchEmbedding, PositionEmbedding, TransformerEncoder
+from attnlayers import ClassToken, PatchEmbedding, PositionEmbedding, TransformerEncoder, lora
 from attnlayers.validation import one_of, positive_int, rate_in_unit_interval
 
 from .serialization import DataclassConfigMixin
@@ -151,6 +151,11 @@ class ViT(DataclassConfigMixin, keras.Model):
     >>> logits = model(images)                                         # (B, 10)
     >>> maps = model.encode(images, return_attention_scores=True)["attention_scores"]   # 4 x (B, 4, 65, 65)
     """
+
+    # LoRA (attnlayers.lora): model.enable_lora(rank, target, alpha), save_lora_weights(path), load_lora_weights(path),
+    # merge_lora(), as keras-hub's backbones have them
+    enable_lora, merge_lora = lora.enable_lora, lora.merge_lora
+    save_lora_weights, load_lora_weights = lora.save_lora_weights, lora.load_lora_weights
 
     def __init__(self, config=None, **kwargs):
         super().__init__(**kwargs)

@@ -2,11 +2,14 @@
 (keras' ReversibleEmbedding), so int8 / int4 logits stay close to float32's. Before, the projection multiplied by
 the int8 table alone: logits off by ~2,500x their range (tied gpt2 and llama; untied llama was right)."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
-
 from attnlayers.applications.gpt import GPT, GPTConfig
+from attnlayers.applications.gpt.checkpoint import save_hf_checkpoint
+from attnlayers.applications.gpt.llama_checkpoint import save_hf_llama_checkpoint
 
 # Measured at this size: int8 ~0.006-0.009, int4 ~0.09-0.16 of the float logits' range (untied llama, always right,
 # the same).
@@ -14,7 +17,7 @@ BOUNDS = {"int8": 0.05, "int4": 0.4}
 
 
 @pytest.mark.parametrize("architecture, padding", [("gpt2", 1), ("llama", 64)])
-def test_quantized_logits_stay_near_float(architecture, padding):
+def test_quantized_logits_stay_near_float(architecture, padding, tmp_path):
     keras.utils.set_random_seed(0)
     config = GPTConfig(architecture=architecture, vocabulary_size=96, hidden_dim=32,
                        num_heads=4, vocabulary_padding=padding)
@@ -33,3 +36,57 @@ def test_quantized_logits_stay_near_float(architecture, padding):
         if mode == "int8":  # and it decodes: the cached step reads the same quantized table
             tokens = keras.ops.convert_to_numpy(quantized.generate(x[:, :4], max_length=8).tokens)
             assert tokens.shape == (2, 8) and tokens.max() < 96
+            save = save_hf_checkpoint if architecture == "gpt2" else save_hf_llama_checkpoint
+            with pytest.raises(ValueError, match=r"needs float weights|is int8 \(a quantized model"):  # no unscaled codes
+                save(quantized, str(tmp_path))
+
+
+SERVE = """
+import json, sys
+
+import tensorflow as tf
+block("keras")  # noqa: F821  (serve_alone's prelude): the SavedModel serves with tensorflow alone
+loaded = tf.saved_model.load(sys.argv[1])
+prompt = tf.constant(json.loads(sys.argv[2]), tf.int32)
+out = loaded.signatures["generate"](token_ids=prompt, padding_mask=tf.ones_like(prompt, tf.bool))
+print(json.dumps({"tokens": out["token_ids"].numpy().tolist()}))
+"""
+
+
+def test_quantized_llama_trains_decodes_compiles_and_exports(tmp_path):
+    """int8 (the tied LLaMA of SmolLM2): the chunked training loss reads the table dequantized (GPT.output_matrix: it
+    read the int8 table, a loss of ~1,000 instead of ~4.5); cached greedy decoding is the argmax of a full
+    recompute; under XLA (where the fused QKV projection runs for a float model) the logits are the eager ones; and
+    the generate SavedModel, its int8 variables in it, serves alone with generate's tokens."""
+    from attnlayers.applications.core.training.losses import ChunkedCrossEntropy
+
+    keras.utils.set_random_seed(0)
+    config = GPTConfig(architecture="llama", vocabulary_size=96, hidden_dim=32, num_heads=4, num_layers=2,
+                       intermediate_dim=64, max_sequence_length=12, vocabulary_padding=64)
+    model = GPT(config)
+    with pytest.warns(UserWarning):
+        model.quantize("int8")
+    x = np.random.default_rng(1).integers(0, 96, (2, 9)).astype("int32")
+    model.compile(loss=ChunkedCrossEntropy())
+    hidden = model.hidden_states(x[:, :-1])
+    chunked = float(keras.ops.convert_to_numpy(model.compute_loss(x[:, :-1], x[:, 1:], hidden, training=True)))
+    full = float(keras.ops.convert_to_numpy(
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True)(x[:, 1:], model(x[:, :-1]))))
+    assert abs(chunked - full) < 1e-3 * full, (chunked, full)  # the logits' path also quantizes h (per token)
+
+    tokens = keras.ops.convert_to_numpy(model.generate(x[:, :4], max_length=10, stop_token_ids=None).tokens)
+    recomputed = keras.ops.convert_to_numpy(model(tokens[:, :-1]))  # (B, 9, V), no cache
+    np.testing.assert_array_equal(recomputed[:, 3:].argmax(-1), tokens[:, 4:])
+    if keras.backend.backend() != "tensorflow":
+        return  # JAX: the fused projection's route is the eager one above; the SavedModel is TensorFlow's
+    import tensorflow as tf
+    from attnlayers.applications.core.formats.export import export_generator
+    from model_harness import serve_alone
+
+    eager = keras.ops.convert_to_numpy(model(x))
+    np.testing.assert_allclose(tf.function(model, jit_compile=True)(x).numpy(), eager, rtol=1e-5, atol=1e-5)
+    path = str(tmp_path / "int8")
+    export_generator(path, model, 10, "greedy")
+    served = serve_alone(SERVE, path, json.dumps(x[:, :4].tolist()))
+    expected = keras.ops.convert_to_numpy(model.generate(x[:, :4], max_length=10).tokens)  # stops at end_token_id
+    np.testing.assert_array_equal(served["tokens"], expected)

