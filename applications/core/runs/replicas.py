@@ -16,12 +16,15 @@ from .runtime import JaxRuntime
 
 
 def check_batch_size(runtime, batch_size, what="--batch-size"):
-    """Raises a ValueError when ``batch_size`` does not split evenly over ``runtime``'s devices (JAX's
-    DataParallel shards every batch along its first axis); nothing for other runtimes."""
+    """Raises a ValueError when ``batch_size`` does not split evenly over ``runtime``'s replicas (JAX's
+    DataParallel shards every batch along its first axis over every device, ModelParallel over the mesh's DATA
+    axis); nothing for other runtimes."""
     replicas = getattr(runtime, "num_replicas_in_sync", 1)
     if isinstance(runtime, JaxRuntime) and batch_size % replicas:
-        raise ValueError(f"{what} {batch_size} does not split evenly over the {replicas} devices of "
-                         f"--strategy {runtime.name}: use a multiple of {replicas}.")
+        over = (f"the mesh's {replicas} data groups" if getattr(runtime, "mesh", None) is not None
+                else f"the {replicas} devices")
+        raise ValueError(f"{what} {batch_size} does not split evenly over {over} of --strategy {runtime.name}: "
+                         f"use a multiple of {replicas}.")
 
 
 def held_out_batch_size(strategy, batch_size, examples):
