@@ -12,7 +12,10 @@ the 4-bit file's values, not the original bf16 checkpoint). The quantized modes 
   (each token's inputs quantized at run time by their abs-max);
 - "int8-weights": ``Int8QuantizationConfig(activation_quantizer=None)``: int8 weights, float activations;
 - "int4": ``quantize("int4")``, Keras' default: int4 weights in blocks of 128 inputs, float activations;
-- "int4-block32": ``Int4QuantizationConfig(block_size=32)`` (the GGUF file's own block size).
+- "int4-block32": ``Int4QuantizationConfig(block_size=32)`` (the GGUF file's own block size);
+- "int4-gptq": ``quantize("gptq", GPTQConfig(weight_bits=4, group_size=128))``: GPTQ (Frantar et al. 2023) over
+  the decoder blocks (``GPT.get_quantization_layer_structure``), calibrated on 32 windows of 256 tokens of WEB
+  verses from Genesis 1:1 on (not the held-out text); the token table and the final norm stay float.
 
 Measured per mode:
 
@@ -45,20 +48,24 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "quantize_smollm
 # name: (mode, Keras' QuantizationConfig keywords or None). "int8" and "int4" are Keras' defaults: int8 weights and
 # int8 activations (quantized per token at run time); int4 weights only (blocks of 128 along the input axis).
 MODES = {"float32": None, "int8": ("int8", None), "int8-weights": ("int8", {"activation_quantizer": None}),
-         "int4": ("int4", None), "int4-block32": ("int4", {"block_size": 32})}
+         "int4": ("int4", None), "int4-block32": ("int4", {"block_size": 32}),
+         "int4-gptq": ("gptq", {"weight_bits": 4, "group_size": 128, "num_samples": 32, "sequence_length": 256})}
 BARS = {"int8": {"perplexity": 0.02, "bytes": 0.30}, "int8-weights": {"perplexity": 0.02, "bytes": 0.30},
-        "int4": {"perplexity": 0.10}, "int4-block32": {"perplexity": 0.10}}
+        "int4": {"perplexity": 0.10}, "int4-block32": {"perplexity": 0.10}, "int4-gptq": {"perplexity": 0.10}}
 FIRST_VERSE = ("Matthew", 5, 1)
 
 
-def held_out_text(count):
-    """``count`` WEB verses from Matthew 5:1 on, joined by spaces."""
+def held_out_text(count, first=FIRST_VERSE):
+    """``count`` WEB verses from ``first`` (book, chapter, verse) on, joined by spaces."""
     from attnlayers.applications.core.inputs.corpora import bible_verses
 
     verses = bible_verses("WEB")
-    book, chapter, verse = FIRST_VERSE
+    book, chapter, verse = first
     start = next(i for i, v in enumerate(verses) if (v.book, v.chapter, v.verse) == (book, chapter, verse))
     return " ".join(v.text for v in verses[start:start + count])
+
+
+CALIBRATION_VERSE = ("Genesis", 1, 1)  # GPTQ's calibration text: 400 verses from here, far from the held-out text
 
 
 def weight_bytes(variables):
@@ -89,6 +96,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--speed-modes", nargs="+", default=["float32", "int8", "int8-weights", "int4"],
                         help="the modes timed in generation (each call is seconds per token on 2 shared cores)")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES),
+                        help="the modes measured (float32 always: the reference)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
 
@@ -105,14 +114,22 @@ def main():
     windows = [ids[i:i + args.window] for i in range(0, len(ids) - 1, args.window) if len(ids[i:i + args.window]) > 1]
 
     models, quantize_seconds = {"float32": base}, {"float32": 0.0}
+    calibration = None
     for name, spec in MODES.items():
-        if spec is None:
+        if spec is None or name not in args.modes:
             continue
         mode, keywords = spec
         model = GPT(base.config)
         model.set_weights(base.get_weights())
         t0 = time.perf_counter()
-        if keywords is None:
+        if mode == "gptq":
+            if calibration is None:
+                calibration = np.asarray(keras.ops.convert_to_numpy(tokenizer.tokenize(
+                    held_out_text(400, CALIBRATION_VERSE))), "int32").reshape(-1)
+            # dataset: token ids (Keras cuts them into num_samples windows); the tokenizer is then not called
+            model.quantize("gptq", config=keras.quantizers.GPTQConfig(dataset=[calibration], tokenizer=tokenizer,
+                                                                      **keywords))
+        elif keywords is None:
             model.quantize(mode)
         else:
             config = {"int8": keras.quantizers.Int8QuantizationConfig, "int4": keras.quantizers.Int4QuantizationConfig}
@@ -137,7 +154,7 @@ def main():
 
     prompt = ids[None, :args.prompt_tokens]
     generated = {}
-    timed = [mode for mode in MODES if mode in args.speed_modes]
+    timed = [mode for mode in models if mode in args.speed_modes]
     seconds = {mode: [] for mode in timed}
 
     def run(mode):
@@ -153,7 +170,7 @@ def main():
 
     float_bytes = result["modes"]["float32"]["weight_bytes"]
     float_ppl = result["modes"]["float32"]["perplexity"]
-    for mode in MODES:
+    for mode in models:
         entry = result["modes"][mode]
         entry["bytes_vs_float32"] = entry["weight_bytes"] / float_bytes
         entry["perplexity_vs_float32"] = entry["perplexity"] / float_ppl - 1
@@ -175,7 +192,7 @@ def main():
           f"{ids.size} WEB tokens, windows of {args.window}")
     print(f"{'mode':12} {'perplexity':>10} {'vs f32':>8} {'weights MB':>10} {'vs f32':>7} {'table':>6} "
           f"{'tok/s':>6} {'speed':>6} {'same greedy':>11} bar")
-    for mode in MODES:
+    for mode in models:
         e = result["modes"][mode]
         speed = f"{'-':>6} {'-':>6} {'-':>11}"
         if mode in timed:

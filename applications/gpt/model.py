@@ -431,6 +431,17 @@ class GPT(GenerativeModel):
             logits = logits[..., :self.config.vocabulary_size]
         return logits
 
+    def get_quantization_layer_structure(self, mode=None):
+        """Keras' hook for the structure-aware quantizers (``model.quantize("gptq" | "awq", config=...)``): the
+        layers that map token ids to the first block's input (GPT-2's token + position embedding, LLaMA's token
+        table) and the decoder blocks, which GPTQ quantizes one after the other on calibration activations (Frantar
+        et al. 2023, Algorithm 1). Each block called alone is causal at positions 0..T-1 (RoPE included). The
+        token table / output projection and the final norm are not in a block, so GPTQ leaves them float."""
+        if mode not in ("gptq", "awq"):
+            return None
+        embedding = self.token_embedding if self.config.architecture == "llama" else self.embedding
+        return {"pre_block_layers": [embedding], "sequential_blocks": list(self.decoder.blocks)}
+
     @property
     def output_matrix(self):
         """The output projection as rows, (V_pad, d): the token table (tied) or ``transpose(lm_head.kernel)``: what
