@@ -49,6 +49,7 @@ from attnlayers.lora import enable_lora, load_lora_weights, merge_lora, save_lor
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.normalization import RMSNorm
 from attnlayers.patches import ClassToken, PatchEmbedding
+from attnlayers.permutation import permutation_masks, prediction_targets, sample_factorization_order
 from attnlayers.positional import (
     ALiBi,
     PositionEmbedding,
@@ -59,6 +60,7 @@ from attnlayers.positional import (
     relative_position_bucket,
 )
 from attnlayers.recurrent import AttentionRNNDecoder, BahdanauDecoder, LuongDecoder
+from attnlayers.relative_positional import TransformerXLRelativeBias
 from attnlayers.rollout import attention_rollout
 from attnlayers.sagan import SelfAttention2D
 from attnlayers.scheduled_sampling import ScheduledSampler, ScheduledSamplingLogger
@@ -75,6 +77,7 @@ from attnlayers.scoring import (
     get_score,
     register_score,
 )
+from attnlayers.segment_memory import update_memory
 from attnlayers.training_step import count_step, step_counter
 from attnlayers.transformer import (
     DecoderBlockOutputs,
@@ -84,5 +87,6 @@ from attnlayers.transformer import (
     TransformerEncoder,
     TransformerEncoderBlock,
 )
+from attnlayers.two_stream import TwoStreamAttention
 
 __version__ = "0.1.0"

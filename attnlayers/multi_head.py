@@ -18,7 +18,7 @@ import warnings
 import keras
 from keras import ops
 
-from attnlayers import chunked, kv_cache, masking, routes
+from attnlayers import chunked, kv_cache, masking, routes, segment_memory
 from attnlayers.attention_axes import AxesFold, check_attention_axes
 from attnlayers.attention_inputs import (  # noqa: F401 (CAUSAL_ALIGNMENTS: the option's values, public here)
     CAUSAL_ALIGNMENTS,
@@ -170,6 +170,14 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_update_index: int or scalar int tensor, the position of the first query / new key.
         attention_bias: (B or 1, N or 1, T, S) additive bias on the logits (e.g. a shared
             ``RelativePositionBias`` output).
+        memory: (B, M, D) states of the previous segment (Transformer-XL's recurrence, Dai et al. 2019, section
+            3.2; the feature size of ``value`` and ``key``): keys and values are computed over
+            ``[stop_gradient(memory); value]`` (and ``key``), so S above becomes M + S (scores (B, N, T, M + S)), and
+            the queries sit after the memory (query t at position M + t, or M + S - T + t with
+            ``causal_alignment="bottom_right"``) for the causal rule, the window and the position hooks. No
+            gradient reaches the memory. Not with a cache: write the memory into the cache first (a call on it with
+            ``cache_update_index=0``) and decode from index M. ``attention_mask`` still covers the segment's keys.
+        memory_mask: (B, M) boolean padding mask of the memory (its implicit Keras mask when omitted).
 
     Returns:
         One convention, keras-hub's ``CachedMultiHeadAttention`` order: ``output``; ``(output, scores)``
@@ -339,7 +347,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None, attention_mask=None,
              return_attention_scores=False, training=None, use_causal_mask=False, cache=None, cache_update_index=None,
-             attention_bias=None):
+             attention_bias=None, memory=None, memory_mask=None):
         key = value if key is None else key
         if self._flash_attention and return_attention_scores:
             raise ValueError("Returning attention scores is not supported when flash attention is enabled. Please "
@@ -348,12 +356,23 @@ class MultiHeadAttention(keras.layers.Layer):
         if self._fold is not None:  # rank > 3: the `attention_axes` folded into (B', T', D) sequences
             query, value, key, attention_mask = self._fold_inputs(
                 query, value, key, attention_mask, use_causal_mask, query_mask=query_mask, value_mask=value_mask,
-                key_mask=key_mask, cache=cache, cache_update_index=cache_update_index, attention_bias=attention_bias)
+                key_mask=key_mask, cache=cache, cache_update_index=cache_update_index, attention_bias=attention_bias,
+                memory=memory, memory_mask=memory_mask)
+        memory_length = 0
+        if memory is not None:  # Transformer-XL's recurrence: keys and values over [SG(memory); segment]
+            memory_length = _length(memory)
+            value, key, value_mask, attention_mask = self._prepend_memory(
+                memory, memory_mask, value, key, value_mask, key_mask, attention_mask, cache)
+            key_mask = None
+        elif memory_mask is not None:
+            raise ValueError("`memory_mask` masks the steps of a `memory`; received a memory_mask and no memory.")
         self._check_inputs(query, value, key, cache, cache_update_index, attention_bias)
         # Q W^Q, K W^K, V W^V for all heads, (B, L, D) -> (B, L, N, H); a cache is written and read.
         q, k, v, cache, cache_mask = self._project(query, value, key, cache, cache_update_index)
-        # Query t sits at absolute position start + t: the cache index, else by `causal_alignment`.
-        start = cache_update_index if cache_update_index is not None else self._query_start(_length(q), _length(k))
+        # Query t sits at absolute position start + t: the cache index, else by `causal_alignment` among the
+        # segment's keys, after the memory's M.
+        start = cache_update_index if cache_update_index is not None else (
+            memory_length + self._query_start(_length(q), _length(k) - memory_length))
         q = self._rotate(q, start)
         attention_mask = masking.keras_attention_mask(attention_mask)
         route = routes.choose(self._route_call(q.shape[1], k.shape[1], q.dtype, return_attention_scores,
@@ -380,6 +399,19 @@ class MultiHeadAttention(keras.layers.Layer):
             output = self._fold.unfold_output(output, inputs[0])
             scores = self._fold.unfold_scores(scores, *inputs) if return_attention_scores else None
         return AttentionOutputs(output, scores, cache).pack(return_attention_scores)
+
+    def _prepend_memory(self, memory, memory_mask, value, key, value_mask, key_mask, attention_mask, cache):
+        """``(value, key, value_mask, attention_mask)`` over [SG(memory); segment] (Dai et al. 2019, section 3.2;
+        :func:`attnlayers.segment_memory.prepend_memory`): the keys' padding as one (B, M + S) ``value_mask``."""
+        if cache is not None:
+            raise ValueError(
+                "`memory` and `cache` cannot be combined: write the memory into the cache first (call the layer on "
+                "the memory with cache_update_index=0), then decode from cache_update_index=M. Received a memory of "
+                f"shape {format_shape(memory.shape)} and a cache of shape {format_shape(cache.shape)}."
+            )
+        check_tensor(memory, "memory", "(batch, memory_length, dim)")
+        return segment_memory.prepend_memory(memory, memory_mask, value, key, value_mask, key_mask,
+                                             masking.keras_attention_mask(attention_mask))
 
     def _fold_inputs(self, query, value, key, attention_mask, use_causal_mask, **unsupported):
         """Rank-r inputs attended over ``attention_axes`` as the (B', T', D) sequences of :class:`AxesFold`, with
@@ -667,11 +699,13 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def compute_output_spec(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
                             attention_mask=None, return_attention_scores=False, training=None, use_causal_mask=False,
-                            cache=None, cache_update_index=None, attention_bias=None):
+                            cache=None, cache_update_index=None, attention_bias=None, memory=None, memory_mask=None):
         def spec(shape):
             return keras.KerasTensor(tuple(shape), dtype=self.compute_dtype)
 
         key_length = cache.shape[2] if cache is not None else value.shape[1]
+        if memory is not None and cache is None:
+            key_length = None if None in (key_length, memory.shape[1]) else key_length + memory.shape[1]
         scores_shape = (query.shape[0], self._num_heads, query.shape[1], key_length)
         fold = self._axes_fold(query.shape, value.shape, value.shape if key is None else key.shape)
         if not fold.is_sequence:

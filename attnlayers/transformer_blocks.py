@@ -20,6 +20,7 @@ from attnlayers.masking import check_mask, keras_mask
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.normalization import RMSNorm
 from attnlayers.routes import IMPLEMENTATIONS
+from attnlayers.segment_memory import update_memory  # noqa: F401 (a model's next memory, importable with the blocks)
 from attnlayers.validation import (
     check_feature_size,
     check_rank,
@@ -131,6 +132,22 @@ class _Block(keras.layers.Layer):
         out = out if isinstance(out, AttentionOutputs) else AttentionOutputs(out, None, None)
         y = x + self.dropout_layer(out.output, training=training)
         return (y if self.normalize_first else norm(y)), out
+
+    def _memory_states(self, memory, memory_mask, cache=None):
+        """The memory as the self-attention reads it (Transformer-XL, Dai et al. 2019, section 3.2: h~ = [SG(m) o h]):
+        through the self-attention's norm under pre-LN, as the segment; None without a memory. The attention stops
+        its gradient (:mod:`attnlayers.segment_memory`)."""
+        if memory is None:
+            if memory_mask is not None:
+                raise ValueError("`memory_mask` masks the steps of a `memory`; received a memory_mask and no memory.")
+            return None
+        if cache is not None:
+            raise ValueError(
+                "`memory` and `self_attention_cache` cannot be combined: write the memory into the cache first (call "
+                "the block on the memory with self_attention_cache_update_index=0), then decode from index M."
+            )
+        _check_sequence(memory, "memory", self._model_dim)
+        return self.self_attention_layer_norm(memory) if self.normalize_first else memory
 
     def _feedforward_residual(self, x, training):
         def feedforward(h):
@@ -278,8 +295,14 @@ class TransformerEncoderBlock(_Block):
         inputs: (B, T, d_model).
         padding_mask: (B, T) boolean; the implicit Keras mask of ``inputs`` is used when omitted.
         attention_mask: (B, T, T) boolean, True = may attend.
-        return_attention_scores: also return the self-attention weights (B, N, T, T).
+        return_attention_scores: also return the self-attention weights (B, N, T, T) ((B, N, T, M + T) with a
+            memory).
         training: enables dropout.
+        memory: (B, M, d_model), the previous segment's inputs of this block (Transformer-XL's recurrence, Dai et al.
+            2019, section 3.2): the keys and values cover [memory; inputs], the queries the inputs, at positions
+            M + t for the position hooks; no gradient reaches it (:func:`attnlayers.segment_memory.update_memory`
+            builds the next one). Under pre-LN it goes through the self-attention's norm with the inputs.
+        memory_mask: (B, M) padding of the memory (its implicit Keras mask when omitted).
 
     Returns:
         (B, T, d_model), and the scores if requested.
@@ -296,14 +319,17 @@ class TransformerEncoderBlock(_Block):
         self.self_attention_layer_norm = self._norm("self_attention_layer_norm", inputs_shape)
         self._feedforward(inputs_shape)
 
-    def call(self, inputs, padding_mask=None, attention_mask=None, return_attention_scores=False, training=None):
+    def call(self, inputs, padding_mask=None, attention_mask=None, return_attention_scores=False, training=None,
+             memory=None, memory_mask=None):
         _check_sequence(inputs, "inputs", self._model_dim)
         padding_mask, attention_mask = _check_encoder_masks(inputs, padding_mask, attention_mask)
+        memory = self._memory_states(memory, memory_mask)
 
         def attend(x):
             out = self.self_attention(
                 x, x, query_mask=padding_mask, value_mask=padding_mask, attention_mask=attention_mask,
-                return_attention_scores=return_attention_scores, training=training,
+                return_attention_scores=return_attention_scores, training=training, memory=memory,
+                memory_mask=memory_mask,
             )
             return AttentionOutputs.unpack(out, return_attention_scores)
 
@@ -314,12 +340,13 @@ class TransformerEncoderBlock(_Block):
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)
 
-    def compute_output_spec(self, inputs, return_attention_scores=False, **kwargs):
+    def compute_output_spec(self, inputs, return_attention_scores=False, memory=None, **kwargs):
         out = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         if not return_attention_scores:
             return out
         b, t = inputs.shape[:2]
-        return out, keras.KerasTensor((b, self.num_heads, t, t), dtype=self.compute_dtype)
+        s = t if memory is None else (None if None in (t, memory.shape[1]) else memory.shape[1] + t)
+        return out, keras.KerasTensor((b, self.num_heads, t, s), dtype=self.compute_dtype)
 
 
 @keras.saving.register_keras_serializable(package="attnlayers")
@@ -350,6 +377,14 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
         return_attention_scores: also return {"self_attention": (B, N, T, S_self),
             "cross_attention": (B, N, T, S)}.
         training: enables dropout.
+        memory: (B, M, d_model), the previous segment's decoder_sequence of this block (Transformer-XL's
+            recurrence, Dai et al. 2019, section 3.2): the self-attention's keys and values cover [memory;
+            decoder_sequence], its queries sit at positions M + t (the causal rule lets every one see the whole
+            memory, and the position hooks get start_index M); no gradient reaches it
+            (:func:`attnlayers.segment_memory.update_memory` builds the next one). Under pre-LN it goes through the
+            self-attention's norm with the sequence. Not with a self-attention cache: write the memory into the
+            cache first (the block called on it with ``self_attention_cache_update_index=0``).
+        memory_mask: (B, M) padding of the memory (its implicit Keras mask when omitted).
 
     Returns:
         ``outputs`` (B, T, d_model); with a self-attention cache ``(outputs, self_attention_cache[,
@@ -394,8 +429,11 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
         use_causal_mask=True,
         return_attention_scores=False,
         training=None,
+        memory=None,
+        memory_mask=None,
     ):
         self._check_inputs(decoder_sequence, encoder_sequence, cross_attention_cache)
+        memory = self._memory_states(memory, memory_mask, self_attention_cache)
         decoder_padding_mask, decoder_attention_mask, encoder_padding_mask, encoder_attention_mask = (
             _check_decoder_masks(
                 decoder_sequence, encoder_sequence, decoder_padding_mask, decoder_attention_mask,
@@ -427,6 +465,7 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
                     attention_mask=decoder_attention_mask, use_causal_mask=use_causal_mask,
                     return_attention_scores=return_attention_scores, training=training,
                     cache=self_attention_cache, cache_update_index=self_attention_cache_update_index,
+                    memory=memory, memory_mask=memory_mask,
                 )
                 return AttentionOutputs.unpack(out, return_attention_scores, has_self_cache)
 

@@ -68,6 +68,10 @@ LAYERS = {
     "mha_chunked": (
         lambda: al.MultiHeadAttention(N, H, sliding_window=2, implementation="chunked", dropout=0.1), SELF,
         {"use_causal_mask": True}),
+    "two_stream": (
+        lambda: al.TwoStreamAttention(N, H, dropout=0.1, position_bias=al.TransformerXLRelativeBias(N)),
+        {"content": V, "query_stream": V, "content_attention_mask": np.tril(np.ones((B, S, S), bool)),
+         "query_attention_mask": np.tril(np.ones((B, S, S), bool), -1)}, {}),
     "linformer": (lambda: al.LinformerAttention(N, H, projected_length=2, max_length=S, dropout=0.1), SELF, {}),
     "bigbird": (
         lambda: al.BigBirdAttention(N, H, block_size=2, num_global_blocks=1, num_random_blocks=1, dropout=0.1),
@@ -98,6 +102,9 @@ LAYERS = {
                       {"decoder_sequence": Q, "encoder_sequence": V}, {}),
     "decoder_only_block": (lambda: al.TransformerDecoderBlock(N, 16, normalize_first=True),
                            {"decoder_sequence": Q}, {}),
+    "decoder_block_transformer_xl_memory": (
+        lambda: al.TransformerDecoderBlock(N, 16, attention_kwargs={"position_bias": al.TransformerXLRelativeBias(N)}),
+        {"decoder_sequence": Q, "memory": V}, {}),
     "encoder_stack": (lambda: al.TransformerEncoder(2, N, 16, dropout=0.1), V, {}),
     "decoder_stack": (lambda: al.TransformerDecoder(2, N, 16, dropout=0.1, normalize_first=True),
                       {"decoder_sequence": Q, "encoder_sequence": V}, {}),
