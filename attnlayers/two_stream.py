@@ -53,7 +53,10 @@ class TwoStreamAttention(keras.layers.Layer):
             without it g would see its own token.
         memory: optional (B, M, D), the previous segment's content states (no gradient flows into them).
         memory_mask: optional (B, M) boolean padding of the memory.
-        attention_bias: optional (B or 1, N or 1, T, S) additive logit bias, shared by both streams.
+        attention_bias: optional (B or 1, N or 1, T, S) additive logit bias of the content stream, and of the
+            query stream unless ``query_attention_bias`` is given.
+        query_attention_bias: optional (B or 1, N or 1, T, S) bias of the query stream alone (a term that reads
+            the stream's own queries, e.g. XLNet's relative segment term).
         training: enables dropout.
 
     Returns:
@@ -87,7 +90,7 @@ class TwoStreamAttention(keras.layers.Layer):
         self.attention.build(content_shape, content_shape)
 
     def call(self, content, query_stream=None, content_attention_mask=None, query_attention_mask=None, memory=None,
-             memory_mask=None, attention_bias=None, training=None):
+             memory_mask=None, attention_bias=None, query_attention_bias=None, training=None):
         if query_stream is not None:
             self._check_query_stream(content, query_stream, query_attention_mask)
         shared = {"memory": memory, "memory_mask": memory_mask, "attention_bias": attention_bias, "training": training}
@@ -96,6 +99,8 @@ class TwoStreamAttention(keras.layers.Layer):
         if query_stream is None:
             return content_output
         # g^{(m)}: Q = g, KV = h_{z<t}, the same projections.
+        if query_attention_bias is not None:
+            shared["attention_bias"] = query_attention_bias
         query_output = self.attention(query_stream, content, attention_mask=query_attention_mask, **shared)
         return content_output, query_output
 
@@ -119,7 +124,8 @@ class TwoStreamAttention(keras.layers.Layer):
         return tuple(content_shape), tuple(query_stream_shape)
 
     def compute_output_spec(self, content, query_stream=None, content_attention_mask=None, query_attention_mask=None,
-                            memory=None, memory_mask=None, attention_bias=None, training=None):
+                            memory=None, memory_mask=None, attention_bias=None, query_attention_bias=None,
+                            training=None):
         shapes = self.compute_output_shape(content.shape, None if query_stream is None else query_stream.shape)
         if query_stream is None:
             return keras.KerasTensor(shapes, dtype=self.compute_dtype)

@@ -159,18 +159,11 @@ class XLNetBlock(keras.layers.Layer):
             attended = self.attention(content, content_attention_mask=content_attention_mask,
                                       attention_bias=content_bias, training=training)
             query_attended = None
-        elif different_segment is None:  # no segment term: both streams through the two-stream layer
+        else:  # the segment term reads each stream's own queries: one bias per stream
             attended, query_attended = self.attention(
                 content, query_stream, content_attention_mask=content_attention_mask,
-                query_attention_mask=query_attention_mask, training=training)
-        else:
-            # TwoStreamAttention shares one attention_bias between its streams; the segment term depends on each
-            # stream's own queries, so the query stream runs through the same shared attention with its own bias.
-            attended = self.attention(content, content_attention_mask=content_attention_mask,
-                                      attention_bias=content_bias, training=training)
-            query_attended = self.attention.attention(
-                query_stream, content, attention_mask=query_attention_mask,
-                attention_bias=self._segment_term(query_stream, different_segment), training=training)
+                query_attention_mask=query_attention_mask, attention_bias=content_bias,
+                query_attention_bias=self._segment_term(query_stream, different_segment), training=training)
         outputs = []
         for stream, update in ((content, attended), (query_stream, query_attended)):
             if stream is None:
