@@ -30,7 +30,10 @@ draws the perplexity per epoch (OUT/curves.png, the kept epoch marked), and save
 examples/generate.py load it). OUT is artifacts/gpt/CORPUS unless --out says otherwise: artifacts/gpt/kjv,
 artifacts/gpt/tweets, or for text:PATH the file's stem (text:my_corpus.txt -> artifacts/gpt/my_corpus). --export DIR
 also writes a SavedModel (TensorFlow backend only: under JAX, export OUT/checkpoint afterwards with
-examples/generate.py --export). Training logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same
+examples/generate.py --export). --position transformer_xl trains a Transformer-XL of the same size instead
+(applications/gpt/transformer_xl.py: relative positions, a memory of --memory-length steps carried from batch to batch
+over the stateful data order), reports its held-out perplexity also with memories of 0, 1x and 4x the segment, and
+saves OUT/model.keras. Training logs go to TensorBoard (OUT/logs) and checkpoints to OUT/backup: run the same
 command again after an interruption and training resumes (core.BackupAndRestore).
 """
 
@@ -71,6 +74,13 @@ def parse_args(argv=None):
                         help=f"most tokens of the trained BPE (default {default.vocabulary_size})")
     parser.add_argument("--sequence-length", type=int, default=default.sequence_length,
                         help=f"tokens per window, the model's positions (default {default.sequence_length})")
+    parser.add_argument("--position", choices=("learned", "transformer_xl"), default=default.position,
+                        help="learned: GPT (default); transformer_xl: a Transformer-XL of the same size (relative "
+                             "positions, a memory of the previous segments carried from batch to batch, the stateful "
+                             "data order; evaluated also with memories of 0, 1x and 4x the segment; saved as "
+                             "OUT/model.keras)")
+    parser.add_argument("--memory-length", type=int, default=None, metavar="M",
+                        help="--position transformer_xl: the training memory (default: --sequence-length)")
     add_optimizer_arguments(parser, default, "windows")
     parser.add_argument("--dropout", type=float, default=default.dropout,
                         help=f"dropout rate (default {default.dropout:g})")
@@ -103,6 +113,10 @@ def parse_args(argv=None):
     if not 0 < args.held_out < 1:
         parser.error("--held-out must be between 0 and 1")
     check_optimizer_arguments(parser, args)
+    if args.memory_length is not None and (args.position != "transformer_xl" or args.memory_length < 0):
+        parser.error("--memory-length needs --position transformer_xl and a value >= 0")
+    if args.position == "transformer_xl" and (args.viewer or args.export):
+        parser.error("--position transformer_xl saves OUT/model.keras; --viewer and --export are GPT's")
     if not 0 <= args.dropout < 1:
         parser.error("--dropout must be in [0, 1)")
     if args.out is None:
@@ -124,7 +138,8 @@ def settings_from_args(args):
         config=args.config, vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
         batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_fraction=args.warmup_fraction,
         weight_decay=args.weight_decay, dropout=args.dropout, held_out=args.held_out, minutes=args.minutes, backup_every=args.backup_every,
-        epochs=args.epochs, jit_compile=args.jit_compile, seed=args.seed)
+        epochs=args.epochs, jit_compile=args.jit_compile, seed=args.seed, position=args.position,
+        memory_length=args.memory_length)
 
 
 def main(argv=None):
@@ -158,6 +173,9 @@ def run(args):
     if result["results_path"] is None:  # another worker of a multi-worker run: the chief reports and saves
         return 0
     print(f"results: {result['results_path']}")
+    if args.position == "transformer_xl":
+        print(f"load it: keras.saving.load_model({os.path.join(out, 'model.keras')!r})")
+        return 0
     checkpoint = os.path.join(out, runs.CHECKPOINT_DIR)
     print(f"load it: attnlayers.applications.gpt.load_hf_checkpoint({checkpoint!r}) or "
           f"transformers.GPT2LMHeadModel.from_pretrained({checkpoint!r})")

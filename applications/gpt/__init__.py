@@ -15,7 +15,8 @@ GPT-2's byte-level BPE, and train_byte_level_bpe; TensorFlow, imported on first 
 stream -> windows of L + 1 tokens -> (x, y, padding-mask weight) batches; the unigram baseline) and `runs`
 (TrainingSettings, run_training: the training run of examples/train_gpt.py; import them as modules).
 GPTConfig.preset("small" | "medium" | "large" | "xl") gives GPT-2's sizes (GPT_PRESETS, plus a "tiny" test size);
-config.parameter_count() their closed-form parameter count.
+config.parameter_count() their closed-form parameter count. `transformer_xl` (TransformerXL, TransformerXLConfig:
+Transformer-XL, relative positions and a memory kept between batches; docs/transformer-xl.md).
 """
 
 from ..core.lazy import lazy_attributes
@@ -23,6 +24,7 @@ from .checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from .keras_hub_weights import copy_keras_hub_weights, from_keras_hub
 from .llama_checkpoint import load_hf_llama_checkpoint, save_hf_llama_checkpoint
 from .model import GPT, GPT_PRESETS, GPTConfig, gelu_approximate
+from .transformer_xl import TransformerXL, TransformerXLConfig
 
 # `tokenizer` (GPT2Tokenizer: GPT-2's byte-level BPE in TensorFlow ops; train_byte_level_bpe) needs TensorFlow:
 # imported on first use, so the model imports without TensorFlow (the JAX backend on GPUs).
@@ -36,7 +38,7 @@ _LAZY = {"generate_text": "generation", "export_gpt": "export", **dict.fromkeys(
 __all__ = [
     "GPT", "GPT_PRESETS", "GPTConfig", "copy_keras_hub_weights", "from_keras_hub", "gelu_approximate",
     "load_hf_checkpoint", "save_hf_checkpoint", "load_hf_llama_checkpoint", "save_hf_llama_checkpoint",
-    *_LAZY,
+    "TransformerXL", "TransformerXLConfig", *_LAZY,
 ]
 
 # Each module of the package is an attribute too (gpt.viewer, ...), imported on first use (core/lazy.py).

@@ -112,6 +112,49 @@ def lm_dataset(windows, mask, batch_size, seed=None, drop_remainder=False):
     return batched.prefetch(tf.data.AUTOTUNE)
 
 
+def stateful_windows(stream, batch_size, segment_length, pad_token_id):
+    """The stateful order of Transformer-XL's training (Dai et al. 2019, section 3.2): the stream split into B
+    contiguous streams, each cut into segments of T, so that row b of batch s + 1 continues row b of batch s.
+
+    Stream b holds labels ``[b n, (b + 1) n)`` of the stream's S - 1 labels, n = ceil((S - 1) / B) (the last streams
+    padded); each is cut as :func:`lm_windows` cuts a stream (windows of T + 1 overlapping by one), so every label is
+    a label exactly once and a segment's first input token is the previous segment's last label.
+
+    Args:
+        stream: (S,) int ids, S >= 2. batch_size: B. segment_length: T. pad_token_id: written after each stream's end.
+
+    Returns:
+        ``(windows, mask)``: (K B, T + 1) int32 and bool (True at real tokens), K = ceil(n / T) steps; row
+        ``s B + b`` is segment s of stream b. Batch them in this order, unshuffled (:func:`stateful_dataset`).
+    """
+    batch_size = positive_int(batch_size, "batch_size")
+    length = positive_int(segment_length, "segment_length")
+    stream = np.asarray(stream, np.int32)
+    if stream.ndim != 1 or len(stream) < 2:
+        raise ValueError(f"`stream` must be a 1-D array of at least 2 token ids; received shape {stream.shape}.")
+    labels = len(stream) - 1
+    per_stream = -(-labels // batch_size)
+    steps = max(1, -(-per_stream // length))
+    windows = np.full((steps, batch_size, length + 1), pad_token_id, np.int32)
+    mask = np.zeros((steps, batch_size, length + 1), bool)
+    for b in range(batch_size):
+        part = stream[b * per_stream:min((b + 1) * per_stream, labels) + 1]
+        if len(part) < 2:  # more streams than labels: this row stays padding (weight 0)
+            continue
+        w, m = lm_windows(part, length, pad_token_id)
+        windows[:len(w), b], mask[:len(w), b] = w, m
+    return windows.reshape(-1, length + 1), mask.reshape(-1, length + 1)
+
+
+def stateful_dataset(windows, mask, batch_size):
+    """A ``tf.data.Dataset`` of :func:`lm_examples` batches of :func:`stateful_windows`, in order (no shuffling:
+    batch s + 1 continues batch s row by row), every batch ``batch_size`` rows."""
+    if len(windows) % batch_size:
+        raise ValueError(f"`windows` must hold whole batches of batch_size={batch_size} rows (stateful_windows "
+                         f"makes them); received {len(windows)} rows.")
+    return lm_dataset(windows, mask, batch_size, seed=None, drop_remainder=True)
+
+
 def label_counts(windows, mask, vocabulary_size):
     """How often each id is a (real) label of the windows: a (V,) int64 array."""
     _, y, weights = lm_examples(windows, mask)
@@ -130,4 +173,4 @@ def unigram_perplexity(train_counts, labels):
 
 
 __all__ = ["document_texts", "label_counts", "lm_dataset", "lm_examples", "lm_windows", "read_text_documents",
-           "token_stream", "tokenize_documents", "unigram_perplexity"]
+           "stateful_dataset", "stateful_windows", "token_stream", "tokenize_documents", "unigram_perplexity"]

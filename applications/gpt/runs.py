@@ -45,7 +45,7 @@ import os
 
 import numpy as np
 
-from attnlayers.validation import positive_int
+from attnlayers.validation import non_negative_int, one_of, positive_int
 from ..core.runs.cli import budget_epochs
 from ..core.runs.recipe import PROGRESS_SECONDS
 
@@ -98,6 +98,11 @@ class TrainingSettings:
             this (1: none; 128 on accelerators). The checkpoint keeps the real vocabulary.
         loss_chunk_size: None: the loss from the logits; an int: the chunked loss from the hidden states, this many
             tokens a chunk (:func:`causal_lm_loss`).
+        position: "learned" (GPT) or "transformer_xl": a :class:`~attnlayers.applications.gpt.transformer_xl.
+            TransformerXL` of the same sizes (relative positions in every block, a memory kept between batches),
+            trained on the stateful order (:func:`~attnlayers.applications.gpt.data.stateful_windows`), evaluated
+            also with memories of 0, 1x and 4x the segment, and saved as OUT/model.keras.
+        memory_length: "transformer_xl": M, the training memory (None: ``sequence_length``).
     """
 
     config: str = "tiny"
@@ -116,8 +121,16 @@ class TrainingSettings:
     seed: int = 0
     vocabulary_padding: int = 1
     loss_chunk_size: int | None = None
+    position: str = "learned"
+    memory_length: int | None = None
 
     def __post_init__(self):
+        one_of(self.position, "position", ("learned", "transformer_xl"))
+        if self.memory_length is not None:
+            non_negative_int(self.memory_length, "memory_length")
+        if self.position == "transformer_xl" and (self.loss_chunk_size is not None or self.vocabulary_padding != 1):
+            raise ValueError("position='transformer_xl' computes its loss from the logits over the real vocabulary; "
+                             "`loss_chunk_size` and `vocabulary_padding` are GPT's options (leave them unset).")
         for name in ("vocabulary_size", "sequence_length", "batch_size", "vocabulary_padding"):
             positive_int(getattr(self, name), name)
         positive_int(self.loss_chunk_size, "loss_chunk_size", allow_none=True)
@@ -214,7 +227,7 @@ def sample_continuations(model, tokenizer, held_ids, count=3, prompt_tokens=12, 
     if not documents:
         return []
     prompts = np.stack([ids[:prompt_tokens] for ids in documents]).astype(np.int32)
-    length = min(prompt_tokens + new_tokens, model.config.max_sequence_length)
+    length = min(prompt_tokens + new_tokens, getattr(model.config, "max_sequence_length", prompt_tokens + new_tokens))
     tokens = np.asarray(model.generate(prompts, length, "top_p", seed).tokens)
     samples = []
     for prompt, row in zip(prompts, tokens):
@@ -254,6 +267,25 @@ def export_saved_model(model, tokenizer, directory):
                          f"{error}") from None
     export_gpt(directory, model, tokenizer, model.config.max_sequence_length)
     return directory
+
+
+def _trainable_count(model):
+    """The number of trained weights (a TransformerXL's memory variables are weights too, not trained)."""
+    return sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+
+
+def _transformer_xl(config, settings):
+    """A :class:`~attnlayers.applications.gpt.transformer_xl.TransformerXL` of ``config``'s sizes (a GPTConfig) for
+    ``settings``' batch, segment and memory."""
+    from .transformer_xl import TransformerXL, TransformerXLConfig
+
+    memory = settings.sequence_length if settings.memory_length is None else settings.memory_length
+    return TransformerXL(TransformerXLConfig(
+        vocabulary_size=config.vocabulary_size, segment_length=settings.sequence_length, memory_length=memory,
+        batch_size=settings.batch_size, num_layers=config.num_layers, num_heads=config.num_heads,
+        hidden_dim=config.hidden_dim, intermediate_dim=config.intermediate_dim, dropout=config.dropout,
+        layer_norm_epsilon=config.layer_norm_epsilon, end_token_id=config.end_token_id,
+        pad_token_id=config.pad_token_id))
 
 
 def _whole_batches(windows, mask, batch_size, pad_token_id):
@@ -318,27 +350,39 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
         train_texts, settings.vocabulary_size, os.path.join(out_dir, TOKENIZER_DIR), vocabulary)
     end = tokenizer.end_token_id
     train_ids, held_ids = data.tokenize_documents(train_texts, tokenizer), data.tokenize_documents(held_texts, tokenizer)
-    train_windows = data.lm_windows(data.token_stream(train_ids, end), settings.sequence_length, end)
-    held_windows = data.lm_windows(data.token_stream(held_ids, end), settings.sequence_length, end)
-    static = static_shapes(strategy)  # a TPU (and XLA under JAX) compiles static batches only
-    train = data.lm_dataset(*train_windows, settings.batch_size, seed=settings.seed, drop_remainder=static)
-    held = data.lm_dataset(*(_whole_batches(*held_windows, settings.batch_size, end) if static else held_windows),
-                           settings.batch_size, drop_remainder=static)
+    xl = settings.position == "transformer_xl"
+    if xl and (viewer or export_dir is not None):
+        raise ValueError("position='transformer_xl' saves OUT/model.keras; the attention viewer and the SavedModel "
+                         "export are GPT's (leave `viewer` and `export_dir` unset).")
+    if xl:  # Transformer-XL's stateful order: batch s + 1 continues batch s row by row, unshuffled
+        train_windows, held_windows = (data.stateful_windows(data.token_stream(ids, end), settings.batch_size,
+                                                             settings.sequence_length, end)
+                                       for ids in (train_ids, held_ids))
+        train, held = (data.stateful_dataset(*w, settings.batch_size) for w in (train_windows, held_windows))
+    else:
+        train_windows = data.lm_windows(data.token_stream(train_ids, end), settings.sequence_length, end)
+        held_windows = data.lm_windows(data.token_stream(held_ids, end), settings.sequence_length, end)
+        static = static_shapes(strategy)  # a TPU (and XLA under JAX) compiles static batches only
+        train = data.lm_dataset(*train_windows, settings.batch_size, seed=settings.seed, drop_remainder=static)
+        held = data.lm_dataset(*(_whole_batches(*held_windows, settings.batch_size, end) if static else held_windows),
+                               settings.batch_size, drop_remainder=static)
     counts = data.label_counts(*train_windows, tokenizer.vocabulary_size)
     held_labels = data.lm_examples(*held_windows)[1][held_windows[1][:, 1:]]
     config = GPTConfig.preset(settings.config, vocabulary_size=tokenizer.vocabulary_size,
                               max_sequence_length=settings.sequence_length, dropout=settings.dropout,
                               end_token_id=end, pad_token_id=end, vocabulary_padding=settings.vocabulary_padding)
     with strategy.scope():
-        model = GPT(config)
+        model = _transformer_xl(config, settings) if xl else GPT(config)
         schedule = compile_for_training(model, settings)
+    kind = (f"Transformer-XL (memory {model.config.memory_length}, relative positions)" if xl else "GPT")
     print(f"data: {len(train_texts)} training / {len(held_texts)} held-out documents, {int(counts.sum()):,} / "
           f"{len(held_labels):,} label tokens, {len(train_windows[0]):,} / {len(held_windows[0]):,} windows of "
           f"{settings.sequence_length} + 1; "
           f"{describe_vocabulary(tokenizer.vocabulary_size, None if vocabulary else settings.vocabulary_size, 'BPE')}"
-          f"; model: GPT "
+          f"; model: {kind} "
           f"{settings.config} ({config.num_layers} layers, d {config.hidden_dim}, {config.num_heads} heads), "
-          f"{config.parameter_count():,} parameters; {describe_runtime(strategy)}", flush=True)
+          f"{_trainable_count(model) if xl else config.parameter_count():,} parameters; {describe_runtime(strategy)}",
+          flush=True)
     baselines = {"unigram_perplexity": data.unigram_perplexity(counts, held_labels),
                  "unigram_training_perplexity": data.unigram_perplexity(counts, np.repeat(np.arange(len(counts)),
                                                                                           counts))}
@@ -349,9 +393,19 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
         return None if best.best_epoch is None else best.best_epoch + 1
 
     def evaluate(model):
+        if xl:
+            model.reset_memory()  # the held-out text from its start, not after the training text's end
         scores = model.evaluate(held, return_dict=True, verbose=0)
         held_out = {"perplexity": float(scores["perplexity"]), "loss": float(scores["loss"]),
                     "tokens": len(held_labels), "epoch": kept_epoch()}
+        if xl:  # the held-out text read with evaluation memories of 0, 1x and 4x the segment
+            from .transformer_xl import memory_perplexity
+
+            held_out["memory_perplexity"] = {
+                m: memory_perplexity(model, *held_windows, settings.batch_size, m)["perplexity"]
+                for m in (0, settings.sequence_length, 4 * settings.sequence_length)}
+            print("held out, Transformer-XL with an evaluation memory of " + ", ".join(
+                f"{m}: perplexity {p:.2f}" for m, p in held_out["memory_perplexity"].items()), flush=True)
         kept = "" if held_out["epoch"] is None else f", the weights of epoch {held_out['epoch']}, its best"
         print(f"held out ({held_out['tokens']:,} tokens of {len(held_texts)} documents{kept}): loss "
               f"{held_out['loss']:.4f}, perplexity {held_out['perplexity']:.2f} (unigram baseline "
@@ -378,6 +432,11 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
         return paths
 
     def export(model, out):
+        if xl:
+            path = os.path.join(out, "model.keras")
+            model.save(path)
+            print(f"saved {path} (keras.saving.load_model; its memory variables included)")
+            return {"keras": path}
         directory = save_checkpoint(model, os.path.join(out, CHECKPOINT_DIR), vocab_path, merges_path)
         print(f"saved a Hugging Face GPT-2 checkpoint in {directory} (load_hf_checkpoint, "
               "transformers.GPT2LMHeadModel.from_pretrained)")
@@ -398,6 +457,10 @@ def run_training(settings, out_dir, *, documents=None, vocabulary=None, strategy
                                        backup_every=settings.backup_every,
                                        tensorboard=tensorboard, backup=backup, best=best,
                                        progress=progress and (PROGRESS_SECONDS if verbose == 1 else True))
+    if xl:
+        from .transformer_xl import ResetMemory
+
+        fit_callbacks.append(ResetMemory())  # each epoch and each evaluation reads its text from the start
     return run_recipe(model, train, validation=held, epochs=budget_epochs(settings.epochs, settings.minutes, 10),
                       callbacks=fit_callbacks + [schedule, *callbacks], evaluate=evaluate, pictures=pictures,
                       export=export, out_dir=out_dir, record=record, verbose=0 if progress else verbose,

@@ -225,6 +225,7 @@ def test_checkpoint_loads_back_with_the_same_logits(trained):
     (["--backup-every", "0"], "--backup-every must be at least 1"),
     (["--vocab-size", "100"], "--vocab-size must be at least 257"),
     (["--config", "huge"], "invalid choice"),
+    (["--memory-length", "8"], "--memory-length needs --position transformer_xl"),
 ])
 def test_flags_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
