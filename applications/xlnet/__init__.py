@@ -10,7 +10,8 @@ sizes, Hugging Face checkpoints and keras-hub's weights.
 
 Modules: ``config`` (XLNetConfig, PRESETS), ``segment`` (RelativeSegmentBias, XLNet's relative segment term),
 ``backbone`` (XLNetBackbone, XLNetBlock), ``checkpoint`` (Hugging Face and keras-hub weights), ``viewer`` (the
-content stream's attention in the interactive viewer).
+content stream's attention in the interactive viewer), ``pretrainer`` (XLNetPretrainer: permutation LM), ``heads``
+(XLNetClassifier, XLNetTokenClassifier).
 """
 
 from ..core.lazy import lazy_attributes
@@ -23,12 +24,14 @@ from .checkpoint import (
     save_hf_checkpoint,
 )
 from .config import PRESETS, XLNetConfig
+from .heads import XLNetClassifier, XLNetTokenClassifier
+from .pretrainer import XLNetLMHead, XLNetPretrainer
 from .segment import RelativeSegmentBias
 
 __all__ = [
-    "PRESETS", "MaskEmbedding", "RelativeSegmentBias", "XLNetBackbone", "XLNetBlock", "XLNetConfig",
-    "copy_keras_hub_weights", "copy_weights_to_keras_hub", "from_keras_hub", "load_hf_checkpoint",
-    "save_hf_checkpoint",
+    "PRESETS", "MaskEmbedding", "RelativeSegmentBias", "XLNetBackbone", "XLNetBlock", "XLNetClassifier",
+    "XLNetConfig", "XLNetLMHead", "XLNetPretrainer", "XLNetTokenClassifier", "copy_keras_hub_weights",
+    "copy_weights_to_keras_hub", "from_keras_hub", "load_hf_checkpoint", "save_hf_checkpoint",
 ]
 
 # Each module of the package is an attribute too (xlnet.checkpoint, ...), imported on first use (core/lazy.py).
