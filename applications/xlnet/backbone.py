@@ -312,6 +312,9 @@ class XLNetBackbone(keras.Model):
         if content_attention_mask is None or query_attention_mask is None:
             raise ValueError("`two_stream` needs both `content_attention_mask` and `query_attention_mask` (B, T, T): "
                              "see attnlayers.permutation.permutation_masks.")
+        if not self.built:  # as a first call would: a later call must not build (and add) the weights again
+            self.build()
+            self.built = True
         content, query = self._encode(inputs, (content_attention_mask, query_attention_mask), True, training)
         return self.output_dropout(content, training=training), self.output_dropout(query, training=training)
 

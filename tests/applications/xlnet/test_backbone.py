@@ -258,3 +258,14 @@ def test_parameter_count_closed_form():
     # XLNet-Base (117M in Yang et al. 2019) and -Large, without building them.
     assert XLNetConfig.preset("base").parameter_count() == 116_718_336
     assert XLNetConfig.preset("large").parameter_count() == 360_268_800
+
+
+def test_two_stream_first_builds_the_backbone_once():
+    """Pretraining calls two_stream before any plain call: it builds the backbone, and a later call adds nothing."""
+    backbone = XLNetBackbone(XLNetConfig(vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
+                                         intermediate_dim=16))
+    content_mask, query_mask = permutation_masks(np.array([[2, 0, 3, 1]], "int32"))
+    backbone.two_stream({"token_ids": np.array([[1, 2, 3, 4]], "int32")}, content_mask, query_mask)
+    count = len(backbone.weights)
+    backbone({"token_ids": np.array([[1, 2, 3, 4]], "int32")})
+    assert len(backbone.weights) == count
