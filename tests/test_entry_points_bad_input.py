@@ -7,7 +7,8 @@ For each entry point (NMT: ``model.generate``, ``nmt.evaluate.translate``, the t
 where strings are expected and the reverse), wrong ranks (scalars, 3-D), empty batches, None, token ids out of
 range, negative lengths / sizes, mismatched batch sizes. Each case either raises an error whose message names the
 offending argument, or returns the documented result (asserted). One tiny model per application, each exported
-once (module-scoped fixtures, no XLA). TensorFlow only: tokenizers and SavedModels are TensorFlow's."""
+once (no XLA), and one test per application that runs all its cases (so that its model is built once whatever
+process runs it) and names each failing case. TensorFlow only: tokenizers and SavedModels are TensorFlow's."""
 
 import keras
 import numpy as np
@@ -56,6 +57,19 @@ def _run(context, call, expect):
             call(context)
     else:
         expect[1](call(context))
+
+
+def _run_all(context, cases):
+    """Every case of one application on its one model (built and exported once); the failures are reported
+    together, each under its case's name."""
+    failures = []
+    for case in cases:
+        call, expect = case.values
+        try:
+            _run(context, call, expect)
+        except (Exception, pytest.fail.Exception) as error:  # pytest.raises' "DID NOT RAISE" is a BaseException
+            failures.append(f"[{case.id}] {type(error).__name__}: {str(error)[:500]}")
+    assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(failures)
 
 
 def _shape(*shape):
@@ -163,9 +177,8 @@ NMT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("call, expect", NMT_CASES)
-def test_nmt(nmt_app, call, expect):
-    _run(nmt_app, call, expect)
+def test_nmt(nmt_app):
+    _run_all(nmt_app, NMT_CASES)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -241,9 +254,8 @@ CAPTIONING_CASES = [
 ]
 
 
-@pytest.mark.parametrize("call, expect", CAPTIONING_CASES)
-def test_captioning(captioning_app, call, expect):
-    _run(captioning_app, call, expect)
+def test_captioning(captioning_app):
+    _run_all(captioning_app, CAPTIONING_CASES)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -367,9 +379,8 @@ BERT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("call, expect", BERT_CASES)
-def test_bert(bert_app, call, expect):
-    _run(bert_app, call, expect)
+def test_bert(bert_app):
+    _run_all(bert_app, BERT_CASES)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -477,6 +488,5 @@ GPT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("call, expect", GPT_CASES)
-def test_gpt(gpt_app, call, expect):
-    _run(gpt_app, call, expect)
+def test_gpt(gpt_app):
+    _run_all(gpt_app, GPT_CASES)

@@ -101,15 +101,17 @@ def first_batch(job):
     return next(iter(job.dataset(job.global_batch)))
 
 
-def xla_train_step(job):
-    """Compiles the job's whole train step (forward, loss, gradients, optimizer update) with XLA and returns
-    its HLO text. Raises if any op cannot be compiled (a ``py_function``, a data-dependent shape, an op XLA
-    lacks): ``tf.function(jit_compile=True)`` has no fallback. TensorFlow backend."""
+def xla_train_step(job, model=None):
+    """Lowers the job's whole train step (forward, loss, gradients, optimizer update) to XLA and returns its HLO
+    text. Raises if any op cannot be compiled (a ``py_function``, a data-dependent shape, an op XLA lacks):
+    ``tf.function(jit_compile=True)`` has no fallback. ``model``: a model of the job whose optimizer is built (one
+    that has trained); None builds one and trains it a step. TensorFlow backend."""
     import tensorflow as tf
 
-    model = build(job, jit_compile=True)
     batch = first_batch(job)
-    model.fit(tf.data.Dataset.from_tensors(batch), epochs=1, verbose=0)  # builds the optimizer's variables
+    if model is None:
+        model = build(job, jit_compile=True)
+        model.fit(tf.data.Dataset.from_tensors(batch), epochs=1, verbose=0)  # builds the optimizer's variables
     step = tf.function(model.train_step, jit_compile=True)
     return step.experimental_get_compiler_ir(batch)(stage="hlo")
 

@@ -53,26 +53,42 @@ SCRIPT = textwrap.dedent(
     import tensorflow as tf
     ids_dir, text_dir, sample_dir = sys.argv[1:4]
     ids = tf.constant({ids}, tf.int32)
-    out = tf.saved_model.load(ids_dir).signatures["generate"](token_ids=ids, padding_mask=ids != 0)
-    sample = tf.saved_model.load(sample_dir).signatures["generate"](
-        token_ids=ids, padding_mask=ids != 0, seed=tf.constant({seed}))
-    result = {{"ids": {{k: v.numpy().tolist() for k, v in out.items()}},
-              "sample": sample["token_ids"].numpy().tolist()}}
+    mask, seed = ids != 0, tf.constant({seed})
+    listed = lambda out: {{k: v.numpy().tolist() for k, v in out.items()}}
+    loaded_ids = tf.saved_model.load(ids_dir)
+    out = loaded_ids.signatures["generate"](token_ids=ids, padding_mask=mask)
+    sampler = tf.saved_model.load(sample_dir)
+    sample = sampler.signatures["generate"](token_ids=ids, padding_mask=mask, seed=seed)
+    first = list(sampler.signatures["first_token"](token_ids=ids, padding_mask=mask, seed=seed).values())[0]
+    captured = sampler.signatures["generate"].variables  # what the signature reads
+    result = {{"ids": listed(out), "sample": listed(sample), "signatures": sorted(sampler.signatures),
+              "first_token": first.numpy().tolist(), "first_token_call": sampler.first_token(ids, mask, seed).numpy().tolist(),
+              "captured": [len(captured), sorted({{v.dtype.name for v in captured}})],
+              # the restored functions take their inputs by keyword and positionally
+              "ids_keyword": loaded_ids.generate(token_ids=ids, padding_mask=mask)["token_ids"].numpy().tolist(),
+              "ids_positional": loaded_ids.generate(ids, mask)["token_ids"].numpy().tolist(),
+              "sample_positional": sampler.generate(ids, mask, seed)["token_ids"].numpy().tolist(),
+              "seeds": [sampler.generate(token_ids=ids, padding_mask=mask, seed=tf.constant(s))["token_ids"].numpy().tolist()
+                        for s in ({seed}, {seed}, {seed} + 1)]}}
     unhide("keras")  # noqa: F821  tensorflow_text imports keras itself (tf.keras); attnlayers stays blocked
     import tensorflow_text  # registers the tokenizer ops
-    text = tf.saved_model.load(text_dir).signatures["generate"](text=tf.constant({texts}))
+    loaded_text = tf.saved_model.load(text_dir)
+    text = loaded_text.signatures["generate"](text=tf.constant({texts}))
     result["text"] = [s.decode() for s in text["text"].numpy().tolist()]
     result["text_ids"] = text["token_ids"].numpy().tolist()
+    result["text_keyword"] = loaded_text.generate(text=tf.constant({texts}))["token_ids"].numpy().tolist()
     print(json.dumps(result))
     """
 )
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def _export_all(root, monkeypatch):
+    """The three SavedModels and their in-process references. "ids" (cached beam search) and "text" (a keras-hub
+    WordPiece tokenizer, greedy) are written by export_generate(path); "sample" (top-k sampling, the seed an input)
+    is built with path=None, extended by the caller with a function of its own and saved once, with both
+    signatures."""
     keras.utils.set_random_seed(3)
     lm = tiny_gpt()
-    root = tmp_path_factory.mktemp("export")
     paths = {name: str(root / name) for name in ("ids", "text", "sample")}
     beam = BeamSearch(2, 2, alpha=0.6)
     modules = {"ids": export_generate(paths["ids"], lm.next, LENGTH, beam, track=lm, prepare=prepare(lm),
@@ -81,7 +97,25 @@ def exported(tmp_path_factory):
     modules["text"] = export_generate(paths["text"], lm.next, LENGTH, "greedy", track=lm, prepare=prepare(lm),
                                       stop_token_ids=[END], tokenizer=tokenizer)
     sampling = Sampling(top_k=4, temperature=2.0)  # XLA-compiled in the SavedModel, eager below: same draws
-    modules["sample"] = export_generate(paths["sample"], lm.next, LENGTH, sampling, track=lm, prepare=prepare(lm))
+    # path=None: the module is built (its generate runs in process) and nothing is saved.
+    saves, real_save = [], tf.saved_model.save
+    empty = root / "empty"
+    empty.mkdir()
+    monkeypatch.setattr(tf.saved_model, "save", lambda *args, **kwargs: saves.append(args))
+    monkeypatch.chdir(empty)
+    module = export_generate(None, lm.next, LENGTH, sampling, track=lm, prepare=prepare(lm))
+    assert saves == [] and os.listdir(empty) == []
+    monkeypatch.setattr(tf.saved_model, "save", real_save)
+    # The caller's own function beside generate, then one save.
+    module.first_token = tf.function(
+        lambda token_ids, padding_mask, seed: module.generate(token_ids, padding_mask, seed)["token_ids"][:, :1],
+        input_signature=[tf.TensorSpec((None, None), tf.int32, name="token_ids"),
+                         tf.TensorSpec((None, None), tf.bool, name="padding_mask"),
+                         tf.TensorSpec((), tf.int32, name="seed")],
+    )
+    tf.saved_model.save(module, paths["sample"], signatures={"generate": module.generate.get_concrete_function(),
+                                                             "first_token": module.first_token.get_concrete_function()})
+    modules["sample"] = module
     # In-process references: generate() itself, no export involved.
     ids_mask = IDS != 0
     expected = {
@@ -99,10 +133,14 @@ def exported(tmp_path_factory):
     return paths, expected, modules
 
 
-def test_generate_signature_round_trips_without_attnlayers(exported):
-    paths, expected, _ = exported
+def test_generate_signature_round_trips_without_attnlayers(tmp_path, monkeypatch):
+    """Three SavedModels exported once, served in one fresh process that cannot import attnlayers, keras or
+    keras_hub; the returned modules in process. Also: the module and the loaded SavedModel take keyword arguments
+    (and positional ones); the sampling export holds no random state (the seed is an input); path=None builds the
+    module without saving it, for the caller to extend and save once."""
+    paths, expected, modules = _export_all(tmp_path, monkeypatch)
     script = SCRIPT.format(ids=IDS.tolist(), seed=SEED, texts=TEXTS)
-    loaded = serve_alone(script, paths["ids"], paths["text"], paths["sample"], cwd=os.path.dirname(paths["ids"]))
+    loaded = serve_alone(script, paths["ids"], paths["text"], paths["sample"], cwd=str(tmp_path))
 
     # Token ids in, token ids and scores out: cached beam search with t = 2 and a length penalty.
     ids, beam = loaded["ids"], expected["ids"]
@@ -112,8 +150,15 @@ def test_generate_signature_round_trips_without_attnlayers(exported):
     np.testing.assert_array_equal(ids["lengths"], np.asarray(beam.lengths))
     assert np.asarray(ids["token_ids"]).shape == (2, 2, LENGTH)
 
-    # Sampling: the seed is an input; same seed, same tokens as in process (XLA there, eager here).
-    np.testing.assert_array_equal(loaded["sample"], np.asarray(expected["sample"].tokens))
+    # Sampling: the seed is an input; same seed, same tokens as in process (XLA there, eager here). Built with
+    # path=None and saved by the caller with its own first_token beside generate: both signatures serve.
+    sample = expected["sample"]
+    np.testing.assert_array_equal(loaded["sample"]["token_ids"], np.asarray(sample.tokens))
+    np.testing.assert_array_equal(loaded["sample"]["lengths"], np.asarray(sample.lengths))
+    np.testing.assert_allclose(loaded["sample"]["scores"], np.asarray(sample.scores), atol=1e-4)
+    assert loaded["signatures"] == ["first_token", "generate"]
+    np.testing.assert_array_equal(loaded["first_token"], IDS[:, :1])
+    np.testing.assert_array_equal(loaded["first_token_call"], IDS[:, :1])
 
     # Strings in, strings out.
     greedy = expected["text"]
@@ -125,6 +170,33 @@ def test_generate_signature_round_trips_without_attnlayers(exported):
         assert text == " ".join(words).replace(" ##", ""), (text, words)
     assert any(text for text in loaded["text"])
 
+    # The loaded SavedModel takes its inputs by keyword (and positionally) in the serving process ...
+    np.testing.assert_array_equal(loaded["ids_keyword"], np.asarray(beam.tokens))
+    np.testing.assert_array_equal(loaded["ids_positional"], np.asarray(beam.tokens))
+    np.testing.assert_array_equal(loaded["sample_positional"], np.asarray(sample.tokens))
+    np.testing.assert_array_equal(loaded["text_keyword"], np.asarray(greedy.tokens))
+    # ... and so does the returned module, here.
+    ids_in, mask, seed = tf.constant(IDS), tf.constant(IDS != 0), tf.constant(SEED)
+    out = modules["ids"].generate(token_ids=ids_in, padding_mask=mask)
+    np.testing.assert_array_equal(out["token_ids"], np.asarray(beam.tokens), err_msg="module")
+    np.testing.assert_array_equal(modules["ids"].generate(ids_in, mask)["token_ids"], out["token_ids"])
+    out = modules["sample"].generate(token_ids=ids_in, padding_mask=mask, seed=seed)
+    np.testing.assert_array_equal(out["token_ids"], np.asarray(sample.tokens), err_msg="module")
+    np.testing.assert_array_equal(out["lengths"], np.asarray(sample.lengths))
+    out = modules["text"].generate(text=tf.constant(TEXTS))
+    np.testing.assert_array_equal(out["token_ids"], np.asarray(greedy.tokens), err_msg="module")
+
+    # No random state: the SavedModel holds the model's weights and nothing else (no RNG variable); the signature
+    # reads only them. Different seeds give different tokens; the same seed, the same tokens, call after call.
+    saved = [name for name, _ in tf.train.list_variables(os.path.join(paths["sample"], "variables", "variables"))
+             if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")]
+    assert len(saved) == expected["num_weights"] and not [name for name in saved if "seed" in name.lower()]
+    assert loaded["captured"] == [expected["num_weights"], ["float32"]]
+    runs = loaded["seeds"]
+    np.testing.assert_array_equal(runs[0], np.asarray(sample.tokens))  # by keyword, in the serving process
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="max_length.*max_length=0"):
@@ -133,79 +205,6 @@ def test_bad_arguments():
         export_generate("/tmp/unused", lambda t, c, i: (t, c), 4, tokenizer=object())
     with pytest.raises(ValueError, match="track"):
         export_generate("/tmp/unused", lambda t, c, i: (t, c), 4, track=[object()])
-
-
-def test_keyword_arguments(exported):
-    """The returned module and the loaded SavedModel take their inputs by keyword (and positionally)."""
-    paths, expected, modules = exported
-    ids, mask, seed = tf.constant(IDS), tf.constant(IDS != 0), tf.constant(SEED)
-    loaded = {name: tf.saved_model.load(path) for name, path in paths.items()}  # kept alive while called
-    for source, get in (("module", modules), ("loaded", loaded)):
-        beam = get["ids"].generate(token_ids=ids, padding_mask=mask)
-        np.testing.assert_array_equal(beam["token_ids"], np.asarray(expected["ids"].tokens), err_msg=source)
-        positional = get["ids"].generate(ids, mask)
-        np.testing.assert_array_equal(positional["token_ids"], beam["token_ids"], err_msg=source)
-        sample = get["sample"].generate(token_ids=ids, padding_mask=mask, seed=seed)
-        np.testing.assert_array_equal(sample["token_ids"], np.asarray(expected["sample"].tokens), err_msg=source)
-        text = get["text"].generate(text=tf.constant(TEXTS))
-        np.testing.assert_array_equal(text["token_ids"], np.asarray(expected["text"].tokens), err_msg=source)
-
-
-def test_sampling_export_has_no_random_state(exported):
-    """The seed is an input: the SavedModel holds the model's weights and nothing else (no RNG variable)."""
-    paths, expected, modules = exported
-    saved = [name for name, _ in tf.train.list_variables(os.path.join(paths["sample"], "variables", "variables"))
-             if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")]
-    assert len(saved) == expected["num_weights"] and not [name for name in saved if "seed" in name.lower()]
-    loaded = tf.saved_model.load(paths["sample"])
-    captured = loaded.signatures["generate"].variables  # what the signature reads
-    assert len(captured) == expected["num_weights"] and {v.dtype for v in captured} == {tf.float32}
-    # Different seeds give different tokens; the same seed, the same tokens, call after call.
-    ids, mask = tf.constant(IDS), tf.constant(IDS != 0)
-    runs = [loaded.generate(token_ids=ids, padding_mask=mask, seed=tf.constant(s))["token_ids"].numpy()
-            for s in (SEED, SEED, SEED + 1)]
-    np.testing.assert_array_equal(runs[0], runs[1])
-    assert not np.array_equal(runs[0], runs[2])
-
-
-def test_path_none_builds_the_module_without_saving(tmp_path, monkeypatch):
-    """path=None: the module is built (its generate runs in process) and nothing is saved; the caller adds a
-    function of its own and saves the module once, with both signatures, and the SavedModel serves them."""
-    keras.utils.set_random_seed(3)
-    lm = tiny_gpt()
-    saves = []
-    real_save = tf.saved_model.save
-    monkeypatch.setattr(tf.saved_model, "save", lambda *args, **kwargs: saves.append(args))
-    monkeypatch.chdir(tmp_path)
-    module = export_generate(None, lm.next, LENGTH, "greedy", track=lm, prepare=prepare(lm), stop_token_ids=[END])
-    assert saves == [] and os.listdir(tmp_path) == []
-    monkeypatch.setattr(tf.saved_model, "save", real_save)
-
-    ids, mask = tf.constant(IDS), tf.constant(IDS != 0)
-    expected = generate(lm.next, IDS, LENGTH, "greedy", cache=lm.initial_cache(IDS, IDS != 0, LENGTH),
-                        prompt_mask=IDS != 0, stop_token_ids=[END])
-    out = module.generate(token_ids=ids, padding_mask=mask)
-    np.testing.assert_array_equal(out["token_ids"], np.asarray(expected.tokens))
-    np.testing.assert_array_equal(out["lengths"], np.asarray(expected.lengths))
-
-    # The caller's own function beside generate, then one save.
-    module.first_token = tf.function(
-        lambda token_ids, padding_mask: module.generate(token_ids, padding_mask)["token_ids"][:, :1],
-        input_signature=[tf.TensorSpec((None, None), tf.int32, name="token_ids"),
-                         tf.TensorSpec((None, None), tf.bool, name="padding_mask")],
-    )
-    path = str(tmp_path / "saved")
-    tf.saved_model.save(module, path, signatures={"generate": module.generate.get_concrete_function(),
-                                                  "first_token": module.first_token.get_concrete_function()})
-    loaded = tf.saved_model.load(path)
-    assert set(loaded.signatures) == {"generate", "first_token"}
-    served = loaded.signatures["generate"](token_ids=ids, padding_mask=mask)
-    np.testing.assert_array_equal(served["token_ids"], np.asarray(expected.tokens))
-    np.testing.assert_allclose(served["scores"], np.asarray(expected.scores), atol=1e-4)
-    np.testing.assert_array_equal(loaded.generate(ids, mask)["token_ids"], np.asarray(expected.tokens))
-    np.testing.assert_array_equal(loaded.first_token(ids, mask), IDS[:, :1])
-    served_first = list(loaded.signatures["first_token"](token_ids=ids, padding_mask=mask).values())[0]
-    np.testing.assert_array_equal(served_first, IDS[:, :1])
 
 
 def test_settings_stop_sequences_and_left_truncation_on_token_ids():

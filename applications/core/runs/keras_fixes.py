@@ -28,7 +28,7 @@ The fixes (:data:`FIXES`, in the order they are installed):
 Each fix names the Keras versions it is installed on (from the first it was seen in; no last one yet) and checks
 that Keras still has what it replaces: if not, it warns and leaves Keras as it is. Each has a test that trains with
 Keras as shipped and expects the failure (``tests/applications/core/test_keras_fixes.py``, and the multi-worker
-case in ``test_multi_worker_recipe.py``): the day a Keras release fixes one of these, its test fails, and the fix
+case in ``test_fault_tolerance.py``): the day a Keras release fixes one of these, its test fails, and the fix
 gets a last version (or is deleted). This is the only module of the package that imports ``keras.src``.
 
 It is also the only one that reads or writes a private name of Keras, keras-hub or TensorFlow where no public API

@@ -1,7 +1,7 @@
 """core.runs.keras_fixes: each fix is needed by the Keras installed (training with Keras as shipped fails, or differs
 from one device, in the case the fix exists for) and, installed, that case trains as on one device. The day a Keras
 release fixes one of them, its "as shipped" assertion fails here: give the fix a last version, or delete it. (The
-multi-worker fix, reduce_scalars_across_workers, needs two processes: test_multi_worker_recipe.py.)"""
+multi-worker fix, reduce_scalars_across_workers, needs two processes: test_fault_tolerance.py.)"""
 
 import keras
 import numpy as np
