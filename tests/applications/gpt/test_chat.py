@@ -1,7 +1,8 @@
 """Chatting with a GGUF model: generate_chat (apply_chat_template + generate_text, cut at <|im_end|>), the chat
-SavedModel (export_chat: the ChatML template joined around each message in-graph, <|im_end|> a stop string) served
-in a process where attnlayers cannot be imported, giving the same tokens as in-process greedy generation, and
-examples/chat.py (--prompt, interactive, its one-line errors). On a tiny GGUF file written here with
+SavedModel (written by examples/chat.py --export: export_chat, the ChatML template joined around each message
+in-graph, <|im_end|> a stop string) served in a process where attnlayers cannot be imported, giving the same tokens
+as in-process greedy generation, and examples/chat.py (--export with --prompt in one run, interactive, its one-line
+errors). On a tiny GGUF file written here with
 test_gguf.py's writer (ChatML template; <|endoftext|>, <|im_start|>, <|im_end|> special tokens)."""
 
 import importlib.util
@@ -20,7 +21,7 @@ import pytest
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the chat runs on TensorFlow")
 
 from attnlayers.applications.gpt import GPTConfig, apply_chat_template, generate_text, load_gguf  # noqa: E402
-from attnlayers.applications.gpt.export import ServingTokenizer, chat_prompt_parts, export_chat  # noqa: E402
+from attnlayers.applications.gpt.export import ServingTokenizer, chat_prompt_parts  # noqa: E402
 from attnlayers.applications.gpt.gguf import generate_chat  # noqa: E402
 from model_harness import serve_alone
 
@@ -104,10 +105,24 @@ SERVE = textwrap.dedent(
 )
 
 
-def test_chat_savedmodel_serves_without_attnlayers_and_equals_in_process_greedy(loaded, tmp_path):
+@pytest.fixture(scope="module")
+def script():
+    return _load("chat_script", SCRIPT)
+
+
+def test_chat_script_exports_a_savedmodel_that_serves_without_attnlayers_and_equals_in_process_greedy(
+        script, gguf_file, loaded, tmp_path, capsys):
+    """examples/chat.py --export (export_chat) --prompt: the script answers the prompt with its compiled decoding
+    loop (the eager generate_chat's answer) and writes the chat SavedModel, which a process that cannot import
+    attnlayers serves: the in-process greedy tokens and text, through both its signatures."""
     model, tokenizer, metadata = loaded
     path = str(tmp_path / "chat")
-    export_chat(path, model, tokenizer, metadata, input_length=INPUT_LENGTH, max_new_tokens=NEW_TOKENS)
+    assert script.main(["--gguf", gguf_file, "--export", path, "--input-length", str(INPUT_LENGTH),
+                        "--max-new-tokens", str(NEW_TOKENS), "--prompt", MESSAGES[0]]) == 0
+    out, err = capsys.readouterr()
+    wrote, answer = out.split("returns 'text'.\n")
+    assert wrote.startswith(f"wrote the chat SavedModel {path} in ") and "signatures['chat']" in wrote
+    assert "tokens/s" in err and "loaded" in err
     served = serve_alone(SERVE, path, json.dumps(MESSAGES), NEW_TOKENS,
                          blocked=("attnlayers", "keras_hub", "tensorflow_text"))
     assert served["inputs"] == ["message"] and served["blocked"] == []
@@ -123,25 +138,11 @@ def test_chat_savedmodel_serves_without_attnlayers_and_equals_in_process_greedy(
         assert row[len(prompt): served["lengths"][i]] == tokens[: served["lengths"][i] - len(prompt)]
         expected = generate_chat(model, tokenizer, conversation, metadata, max_new_tokens=NEW_TOKENS)
         assert served["chat"][i] == served["generate"][i] == expected
+        if i == 0:  # the script's answer (compiled, with its DecodingSession): all it prints after the export
+            assert answer == expected + "\n"
 
 
 # ---- examples/chat.py -----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def script():
-    return _load("chat_script", SCRIPT)
-
-
-def test_chat_script_prompt(script, gguf_file, capsys):
-    assert script.main(["--gguf", gguf_file, "--prompt", "the and", "--max-new-tokens", "6"]) == 0
-    out, err = capsys.readouterr()
-    _, tokenizer, metadata = load_gguf(gguf_file)
-    model = load_gguf(gguf_file, max_sequence_length=script.CONTEXT)[0]
-    expected = generate_chat(model, tokenizer, [{"role": "user", "content": "the and"}], metadata,
-                             max_new_tokens=6)
-    assert out == expected + "\n"
-    assert "tokens/s" in err and "loaded" in err
 
 
 def test_chat_script_interactive_keeps_the_history(script, gguf_file, capsys, monkeypatch):

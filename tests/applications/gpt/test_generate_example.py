@@ -153,7 +153,12 @@ def test_bad_directories(script, checkpoint, capsys, tmp_path):
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="--export writes a TensorFlow SavedModel (the TensorFlow backend)")
-def test_export_then_serve(script, checkpoint, capsys, tmp_path):
+def test_export_then_serve(script, checkpoint, capsys, tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    # Each --saved-model main() would load the SavedModel again (and compile its loop again): loaded once here, as
+    # the checkpoint is (the script fixture); test_bad_directories checks a directory that does not load.
+    monkeypatch.setattr(tf.saved_model, "load", functools.lru_cache(maxsize=None)(tf.saved_model.load))
     exported = str(tmp_path / "generate")
     assert script.main(["--checkpoint", checkpoint, "--export", exported, "--max-length", "16",
                         "--input-length", "6", "--prompt", "the cat", "--max-new-tokens", "5"]) == 0
