@@ -221,7 +221,9 @@ def test_sagan_block_and_vit_encoders_train_with_fit(encoder, grid):
     the decoder its grid, trains under fit and round-trips the config."""
     keras.utils.set_random_seed(8)
     model = ShowAttendTell(V, **{**SMALL, **encoder})
-    model.compile_for_captioning(1e-2)
+    # Two steps: eager costs less than tracing the train step (the traced model: tests/test_built.py's symbolic call
+    # of each encoder's captioner; the captioner's traced train step: the harness and the example run).
+    model.compile_for_captioning(1e-2, run_eagerly=True)
     images, caption_in = _batch()
     model((images, caption_in))
     assert model.grid_shape == grid

@@ -1,6 +1,8 @@
 """Smoke test of examples/train_nmt.py: flags, a one-epoch run on a TSV file with every artefact (BLEU table,
 alignment heatmap, translate SavedModel, results.json, the phase timings), and clear errors: bad flags, and
-data problems (a missing or empty file) in one line, exit status 2, no traceback, nothing written."""
+data problems (a missing or empty file) in one line, exit status 2, no traceback, nothing written. The run's
+translate SavedModel (an RNN model's) is served in a process where attnlayers cannot be imported and agrees with
+the script's own in-process beam search (test_export.py serves a Transformer's export the same way)."""
 
 import importlib.util
 import json
@@ -10,7 +12,9 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from model_harness import serve_alone
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "examples" / "train_nmt.py"
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -18,6 +22,28 @@ ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 # TensorFlow's own start-up lines (written by its C++ runtime before Python logging is set up), not the script's.
 TF_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWEF]\d{4} \d\d:\d\d:\d\d|To enable the following)")
+
+
+# Serves OUT/translator where attnlayers, keras and keras_hub cannot be imported (tensorflow_text only).
+SERVE = """
+import json, sys
+hide("attnlayers", "keras", "keras_hub")  # noqa: F821  (serve_alone's prelude): any import of them fails
+import tensorflow as tf
+unhide("keras")  # noqa: F821  tensorflow_text imports keras itself (tf.keras); attnlayers stays blocked
+import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+texts = json.loads(sys.argv[2])
+translator = tf.saved_model.load(sys.argv[1])
+out = translator.signatures["translate"](text=tf.constant(texts))
+empty_batch = translator.translate(tf.constant([], tf.string))
+bad_utf8 = translator.translate(tf.constant([b"\\xff\\xfe abc"]))
+print(json.dumps({
+    "translation": [t.decode() for t in out["translation"].numpy()],
+    "truncated": out["truncated"].numpy().tolist(), "empty": out["empty"].numpy().tolist(),
+    "token_ids": out["token_ids"].numpy().tolist(), "score": out["score"].numpy().tolist(),
+    "empty_batch": list(empty_batch["translation"].shape), "bad_utf8": bad_utf8["translation"].numpy()[0].decode(
+        "utf-8", "replace"),
+}))
+"""
 
 
 def run(*args, cwd):
@@ -131,6 +157,25 @@ def test_one_epoch_on_a_tsv_file_writes_every_artefact(tmp_path):
     assert 700 < results["truncated"]["train"]["total"] < 900 - 2 * 50 + 1
     assert results["scheduled_sampling"] == "linear:1,0.01,0 (sample)"  # eps_i = max(0, 1 - 0.01 i), logged:
     assert 0.0 <= results["training"]["history"]["scheduled_sampling_epsilon"][-1] < 1.0
+
+    # The translate SavedModel serves without attnlayers and agrees with the script's in-process beam search
+    # (BeamSearch(2, alpha=0.6), --max-length 8 for sources and translations: the export's settings) on the three
+    # test sentences it printed; empty, unknown, too-long and non-UTF-8 inputs and empty batches are served.
+    printed = re.findall(r"\n  (.*)\n    reference: .*\n    model:     (.*)", result.stdout)
+    assert len(printed) == 3, result.stdout[-2000:]
+    sources, expected = [s for s, _ in printed], [t for _, t in printed]
+    long_sentence = " ".join(pairs.source[:5])  # ~30 words > --max-length 8
+    texts = sources + ["", "   ", "qqq zzz ÄÖÜ 😀 " + sources[1], long_sentence]
+    served = serve_alone(SERVE, out / "translator", json.dumps(texts), cwd=tmp_path)
+    assert served["translation"][:3] == expected, (served["translation"], expected)
+    assert served["empty"] == [False, False, False, True, True, False, False]
+    assert served["translation"][3] == served["translation"][4] == ""
+    assert served["truncated"][3:5] == [False, False] and served["truncated"][6]
+    assert all(isinstance(t, str) for t in served["translation"])  # unknown characters, truncation: no crash
+    tokens = np.asarray(served["token_ids"])
+    assert tokens.shape == (7, 8) and (tokens[:, 0] == nmt.START_ID).all()
+    assert np.isfinite(served["score"]).all()
+    assert served["empty_batch"] == [0] and isinstance(served["bad_utf8"], str)
 
 
 # --------------------------------------------------------------------------------------------------
