@@ -11,6 +11,8 @@ import dataclasses
 
 from attnlayers.validation import check_divisible, is_int, positive_int, rate_in_unit_interval
 
+from ..core.configs import config_of
+
 # (num_layers, hidden_dim, num_heads): BERT-Base and BERT-Large (Devlin et al. 2019, section 3) and the compact
 # models of Turc et al. 2019 ("Well-Read Students Learn Better"), heads = hidden_dim / 64, d_ff = 4 d.
 PRESETS = {
@@ -84,21 +86,7 @@ class BertConfig:
     @classmethod
     def of(cls, config):
         """``config`` as a BertConfig: a BertConfig, a dict of its fields, a preset name, or None (tiny)."""
-        if config is None:
-            return cls()
-        if isinstance(config, cls):
-            return config
-        if isinstance(config, str):
-            return cls.preset(config)
-        if isinstance(config, dict):
-            unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls)})
-            if unknown:
-                raise ValueError(f"Unknown BertConfig fields {unknown}.")
-            return cls(**config)
-        raise ValueError(
-            f"`config` must be a BertConfig, a dict of its fields, a preset name or None; received "
-            f"{type(config).__name__}."
-        )
+        return config_of(cls, config)
 
     def parameter_count(self, pooler=True):
         """The number of weights in closed form.

@@ -11,6 +11,8 @@ import dataclasses
 
 from attnlayers.validation import check_divisible, is_int, one_of, positive_int, rate_in_unit_interval
 
+from ..core.configs import config_of
+
 # (num_layers, hidden_dim, num_heads), d_ff = 4 d: XLNet-Base and -Large (Yang et al. 2019, section 3.1: "the
 # same architecture hyperparameters as BERT-Base / BERT-Large"), and a tiny one for tests and CPU runs.
 PRESETS = {
@@ -91,21 +93,7 @@ class XLNetConfig:
     @classmethod
     def of(cls, config):
         """``config`` as an XLNetConfig: an XLNetConfig, a dict of its fields, a preset name, or None (tiny)."""
-        if config is None:
-            return cls()
-        if isinstance(config, cls):
-            return config
-        if isinstance(config, str):
-            return cls.preset(config)
-        if isinstance(config, dict):
-            unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls)})
-            if unknown:
-                raise ValueError(f"Unknown XLNetConfig fields {unknown}.")
-            return cls(**config)
-        raise ValueError(
-            f"`config` must be an XLNetConfig, a dict of its fields, a preset name or None; received "
-            f"{type(config).__name__}."
-        )
+        return config_of(cls, config)
 
     def parameter_count(self):
         """The number of weights in closed form.
