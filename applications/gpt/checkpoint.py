@@ -38,7 +38,7 @@ from keras import ops
 
 from attnlayers.quantization import check_not_quantized
 
-from ..core.formats.hf_config import hf_config_fields
+from ..core.formats.hf_config import checkpoint_files, hf_config_fields
 from ..core.formats.safetensors import read_safetensors, write_safetensors
 from ..core.inputs.files import read_json, replace_atomically
 from .model import GPT, GPTConfig
@@ -225,21 +225,6 @@ def config_to_hf(config):
 # Load
 
 
-def _check_files(directory, config_path, weights_path):
-    for path, what in ((config_path, "the model's sizes"), (weights_path, "the weights")):
-        if not os.path.isfile(path):
-            hint = ""
-            if path == weights_path:
-                sharded = os.path.isfile(os.path.join(directory, WEIGHTS_FILE + ".index.json"))
-                hint = (" (sharded model-*-of-*.safetensors files are not read: re-save with a max_shard_size above "
-                        "the model's size)" if sharded else
-                        " (a pytorch_model.bin-only checkpoint must be re-saved with safe_serialization)")
-            raise ValueError(
-                f"`directory` {directory!r} has no {os.path.basename(path)} ({what}){hint}; expected a Hugging Face "
-                f"GPT-2 checkpoint: {CONFIG_FILE} + {WEIGHTS_FILE}."
-            )
-
-
 def _sort_names(tensors):
     """Splits the file's tensor names: ``(prefix, {GPT2Model name: file name}, ignored, unexpected)``."""
     prefix = PREFIX if any(name.startswith(PREFIX) for name in tensors) else ""
@@ -291,8 +276,7 @@ def load_hf_checkpoint(directory, **overrides):
             (name, shape in the file, shape expected); or an ``lm_head.weight`` other than wte; or config.json's
             offending key (see :func:`config_from_hf`).
     """
-    config_path, weights_path = os.path.join(directory, CONFIG_FILE), os.path.join(directory, WEIGHTS_FILE)
-    _check_files(directory, config_path, weights_path)
+    config_path, weights_path = checkpoint_files(directory, "GPT-2")
     hf_config = read_json(config_path, "the model's sizes")
     if not isinstance(hf_config, dict):
         raise ValueError(f"{config_path!r} must hold a JSON object (GPT2Config's fields); received {hf_config!r}.")

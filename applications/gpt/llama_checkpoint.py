@@ -33,7 +33,7 @@ import os
 import numpy as np
 from keras import ops
 
-from ..core.formats.hf_config import hf_config_fields
+from ..core.formats.hf_config import checkpoint_files, hf_config_fields
 from ..core.formats.safetensors import read_safetensors, write_safetensors
 from ..core.inputs.files import replace_atomically
 from .model import GPT, GPTConfig
@@ -198,11 +198,7 @@ def load_hf_llama_checkpoint(directory, **overrides):
         ValueError: naming the missing file; or the file and every missing, unexpected and misshapen tensor; or
             config.json's offending key (see :func:`llama_config_from_hf`).
     """
-    config_path, weights_path = os.path.join(directory, CONFIG_FILE), os.path.join(directory, WEIGHTS_FILE)
-    for path in (config_path, weights_path):
-        if not os.path.isfile(path):
-            raise ValueError(f"`directory` {directory!r} has no {os.path.basename(path)}; expected a Hugging Face "
-                             f"LLaMA checkpoint: {CONFIG_FILE} + {WEIGHTS_FILE} (one shard).")
+    config_path, weights_path = checkpoint_files(directory, "LLaMA")
     with open(config_path, encoding="utf-8") as f:
         hf_config = json.load(f)
     config = llama_config_from_hf(hf_config, source=config_path, **overrides)

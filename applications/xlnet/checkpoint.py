@@ -41,7 +41,7 @@ from keras import ops
 from attnlayers.quantization import check_not_quantized
 
 from ..core.formats import weights as core_weights
-from ..core.formats.hf_config import hf_config_fields
+from ..core.formats.hf_config import checkpoint_files, hf_config_fields
 from ..core.formats.safetensors import read_safetensors, write_safetensors
 from ..core.inputs.files import read_json, replace_atomically
 from .backbone import XLNetBackbone
@@ -231,15 +231,7 @@ def load_hf_checkpoint(directory):
         ValueError: naming the missing file; or the file and every missing, unexpected and mismatched tensor
             (name, shape in the file, shape expected); or config.json's offending key (see :func:`config_from_hf`).
     """
-    config_path, weights_path = os.path.join(directory, CONFIG_FILE), os.path.join(directory, WEIGHTS_FILE)
-    for path, what in ((config_path, "the model's sizes"), (weights_path, "the weights")):
-        if not os.path.isfile(path):
-            hint = " (a pytorch_model.bin-only checkpoint must be re-saved with safe_serialization)" if (
-                path == weights_path) else ""
-            raise ValueError(
-                f"`directory` {directory!r} has no {os.path.basename(path)} ({what}){hint}; expected a Hugging Face "
-                f"XLNet checkpoint: {CONFIG_FILE} + {WEIGHTS_FILE}."
-            )
+    config_path, weights_path = checkpoint_files(directory, "XLNet")
     hf_config = read_json(config_path, "the model's sizes")
     config = config_from_hf(hf_config, source=config_path)
     tensors, _ = read_safetensors(weights_path)

@@ -1,5 +1,7 @@
 """Reading a Hugging Face ``config.json`` into an application's config fields, with errors that name the file and
-the key (shared by the BERT, GPT-2 and LLaMA checkpoint readers)."""
+the key, and the checkpoint directory's files (shared by the BERT, GPT-2, LLaMA and XLNet checkpoint readers)."""
+
+import os
 
 
 def hf_config_fields(hf_config, source, *, required, optional, fixed=(), model="a"):
@@ -32,3 +34,30 @@ def hf_config_fields(hf_config, source, *, required, optional, fixed=(), model="
         value = hf_config.get(key)
         fields[ours] = default if value is None else value
     return fields
+
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+def checkpoint_files(directory, model):
+    """``(config_path, weights_path)`` of a Hugging Face checkpoint directory (config.json + model.safetensors),
+    checked to exist; ``model`` names the checkpoint in the error ("BERT", "GPT-2", ...).
+
+    Raises:
+        ValueError: naming the missing file and what it holds, with what to do for a sharded or a
+            pytorch_model.bin-only checkpoint.
+    """
+    config_path, weights_path = os.path.join(directory, CONFIG_FILE), os.path.join(directory, WEIGHTS_FILE)
+    for path, what in ((config_path, "the model's sizes"), (weights_path, "the weights")):
+        if not os.path.isfile(path):
+            hint = ""
+            if path == weights_path:
+                sharded = os.path.isfile(os.path.join(directory, WEIGHTS_FILE + ".index.json"))
+                hint = (" (sharded model-*-of-*.safetensors files are not read: re-save with a max_shard_size above "
+                        "the model's size)" if sharded else
+                        " (a pytorch_model.bin-only checkpoint must be re-saved with safe_serialization)")
+            raise ValueError(
+                f"`directory` {directory!r} has no {os.path.basename(path)} ({what}){hint}; expected a Hugging Face "
+                f"{model} checkpoint: {CONFIG_FILE} + {WEIGHTS_FILE}."
+            )
+    return config_path, weights_path
