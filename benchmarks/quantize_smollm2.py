@@ -15,7 +15,27 @@ the 4-bit file's values, not the original bf16 checkpoint). The quantized modes 
 - "int4-block32": ``Int4QuantizationConfig(block_size=32)`` (the GGUF file's own block size);
 - "int4-gptq": ``quantize("gptq", GPTQConfig(weight_bits=4, group_size=128))``: GPTQ (Frantar et al. 2023) over
   the decoder blocks (``GPT.get_quantization_layer_structure``), calibrated on 32 windows of 256 tokens of WEB
-  verses from Genesis 1:1 on (not the held-out text); the token table and the final norm stay float.
+  verses from Genesis 1:1 on (not the held-out text); the token table and the final norm stay float. ``GPT.quantize``
+  gives GPTQ (and AWQ) the calibration inputs that Keras 3.15's ``Model.quantize`` alone never reads (without it
+  both are round-to-nearest on their grid).
+
+Opt-in modes (``--modes``), to find where int4 loses:
+
+- "int4-gptq-g32": GPTQ as above with groups of 32;
+- "int4-awq", "int4-awq-g32": ``quantize("awq", AWQConfig(group_size=128 | 32))``: AWQ (Lin et al. 2024), Keras'
+  version (a per-input-channel scale searched on the calibration activations' abs-max, then an asymmetric int4 grid
+  per group), over the decoder blocks on GPTQ's calibration text; the token table stays float;
+- "int4-block32-table-int8" / "int4-block32-table-float": int4 blocks of 32 on the decoder blocks' projections only
+  (``quantize``'s ``filters``), the tied token table (also the output projection) int8 weights-only
+  (``Int8QuantizationConfig(activation_quantizer=None)`` on that layer alone) or float;
+- "int4-block32-attention" / "int4-block32-mlp": int4 blocks of 32 on every block's Q, K, V, O projections only, or
+  on its SwiGLU feed-forward only; the table float;
+- "int4-block32-first" / "-middle" / "-last": int4 blocks of 32 on one block's projections (blocks 0, 15, 29 of
+  SmolLM2's 30), the rest float: each block's sensitivity;
+- "int4-gptq-g32-first" / "-middle" / "-last", "int4-awq-g32-first" / ...: GPTQ / AWQ with groups of 32 on that
+  block alone (its calibration inputs: 8 windows of 256 tokens through the float blocks before it), against the
+  same block's "int4-block32-*" rounding: what the calibrated methods recover, in minutes instead of the hours that
+  all 30 blocks take on 2 shared cores.
 
 Measured per mode:
 
@@ -50,8 +70,32 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "quantize_smollm
 MODES = {"float32": None, "int8": ("int8", None), "int8-weights": ("int8", {"activation_quantizer": None}),
          "int4": ("int4", None), "int4-block32": ("int4", {"block_size": 32}),
          "int4-gptq": ("gptq", {"weight_bits": 4, "group_size": 128, "num_samples": 32, "sequence_length": 256})}
+DEFAULT_MODES = list(MODES)
+CALIBRATED = {"num_samples": 32, "sequence_length": 256}  # GPTQ's and AWQ's calibration windows
+MODES.update({
+    "int4-gptq-g32": ("gptq", {"weight_bits": 4, "group_size": 32, **CALIBRATED}),
+    "int4-awq": ("awq", {"weight_bits": 4, "group_size": 128, **CALIBRATED}),
+    "int4-awq-g32": ("awq", {"weight_bits": 4, "group_size": 32, **CALIBRATED}),
+    **{name: ("int4", {"block_size": 32}) for name in (
+        "int4-block32-table-int8", "int4-block32-table-float", "int4-block32-attention", "int4-block32-mlp",
+        "int4-block32-first", "int4-block32-middle", "int4-block32-last")},
+    # one block by GPTQ / AWQ, on 8 calibration windows (its inputs: the float blocks before it)
+    **{f"int4-{method}-g32-{block}": (method, {"weight_bits": 4, "group_size": 32, "num_samples": 8,
+                                               "sequence_length": 256})
+       for method in ("gptq", "awq") for block in ("first", "middle", "last")},
+})
+# The modes that quantize part of the model: name -> (the decoder blocks' projections Keras' quantize converts, see
+# scope_layers; the token table's mode: "int8" = int8 weights only, None = float).
+SCOPES = {"int4-block32-table-int8": ("blocks", "int8"), "int4-block32-table-float": ("blocks", None),
+          "int4-block32-attention": ("attention", None), "int4-block32-mlp": ("mlp", None),
+          "int4-block32-first": ("first", None), "int4-block32-middle": ("middle", None),
+          "int4-block32-last": ("last", None),
+          **{f"int4-{method}-g32-{block}": (block, None) for method in ("gptq", "awq")
+             for block in ("first", "middle", "last")}}
 BARS = {"int8": {"perplexity": 0.02, "bytes": 0.30}, "int8-weights": {"perplexity": 0.02, "bytes": 0.30},
-        "int4": {"perplexity": 0.10}, "int4-block32": {"perplexity": 0.10}, "int4-gptq": {"perplexity": 0.10}}
+        "int4": {"perplexity": 0.10}, "int4-block32": {"perplexity": 0.10}, "int4-gptq": {"perplexity": 0.10},
+        "int4-gptq-g32": {"perplexity": 0.10}, "int4-awq": {"perplexity": 0.10}, "int4-awq-g32": {"perplexity": 0.10},
+        "int4-block32-table-int8": {"perplexity": 0.10}, "int4-block32-table-float": {"perplexity": 0.10}}
 FIRST_VERSE = ("Matthew", 5, 1)
 
 
@@ -66,6 +110,52 @@ def held_out_text(count, first=FIRST_VERSE):
 
 
 CALIBRATION_VERSE = ("Genesis", 1, 1)  # GPTQ's calibration text: 400 verses from here, far from the held-out text
+
+
+def scope_layers(model, scope):
+    """The Dense / EinsumDense layers of ``model``'s decoder blocks in ``scope``: "blocks" (every projection),
+    "attention" (each block's Q, K, V, O), "mlp" (each block's feed-forward), or "first" / "middle" / "last" (one
+    block's projections: block 0, L // 2 or L - 1)."""
+    import keras
+
+    from attnlayers.layer_walk import nested_layers
+
+    blocks = list(model.decoder.blocks)
+    if scope in ("first", "middle", "last"):
+        blocks = [blocks[{"first": 0, "middle": len(blocks) // 2, "last": -1}[scope]]]
+    roots = {"attention": [block.self_attention for block in blocks],
+             "mlp": [block.feedforward for block in blocks]}.get(scope, blocks)
+    return [layer for root in roots for layer in nested_layers(root)
+            if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))]
+
+
+def q4_1_grid_offsets(path):
+    """How far Keras' sub-channel int4 grid lands from the file's own: each Q4_1 block of 32 is w = d k + m (codes k
+    0..15, a float min m); Keras' int4 with ``block_size=32`` takes scale s = (max - min) / 15 (= d when the codes span
+    0..15) and an integer zero point round(-min / s), so it rounds every weight of a block by the same offset
+    (round(m / d) - m / d) d. Returns the share of blocks whose codes span 0..15, the offsets' RMS in steps d, and
+    the median over tensors of the RMS weight change relative to the weights' RMS."""
+    from gguf import GGUFReader
+
+    spans, offsets, relative = [], [], []
+    for tensor in GGUFReader(path).tensors:
+        if tensor.tensor_type.name != "Q4_1":
+            continue
+        raw = np.asarray(tensor.data).reshape(-1).view(np.uint8).reshape(-1, 20)  # d, m (float16), 16 bytes of codes
+        d, m = (raw[:, i:i + 2].copy().view(np.float16).astype("float64")[:, 0] for i in (0, 2))
+        codes = np.concatenate([raw[:, 4:] & 15, raw[:, 4:] >> 4], axis=1)  # (blocks, 32)
+        spans.append((codes.min(1) == 0) & (codes.max(1) == 15))
+        offsets.append(np.round(m / d) - m / d)  # in steps d
+        w = d[:, None] * codes + m[:, None]
+        low, high = w.min(1, keepdims=True), w.max(1, keepdims=True)  # Keras' int4, blocks of 32, grid -8..7
+        scale = (high - low + 1e-7) / 15
+        zero = np.clip(np.round(-low / scale) - 8, -8, 7)
+        keras_w = (np.clip(np.round(w / scale) + zero, -8, 7) - zero) * scale
+        relative.append(np.sqrt(np.mean((keras_w - w) ** 2) / np.mean(w ** 2)))
+    spans, offsets = np.concatenate(spans), np.concatenate(offsets)
+    return {"blocks": int(spans.size), "codes_span_0_15": float(spans.mean()),
+            "offset_rms_steps": float(np.sqrt(np.mean(offsets ** 2))),
+            "relative_weight_change_median": float(np.median(relative))}
 
 
 def weight_bytes(variables):
@@ -96,8 +186,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--speed-modes", nargs="+", default=["float32", "int8", "int8-weights", "int4"],
                         help="the modes timed in generation (each call is seconds per token on 2 shared cores)")
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES),
-                        help="the modes measured (float32 always: the reference)")
+    parser.add_argument("--modes", nargs="+", default=DEFAULT_MODES, choices=list(MODES),
+                        help="the modes measured (float32 always: the reference); the default leaves out the opt-in "
+                             "modes")
+    parser.add_argument("--grid-check", action="store_true",
+                        help="only compare Keras' int4 grid (blocks of 32) with the file's Q4_1 grid, no model run")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
 
@@ -107,6 +200,12 @@ def main():
 
     start = time.perf_counter()
     path = args.gguf or packaged_gguf()
+    if args.grid_check:
+        grid = q4_1_grid_offsets(path)
+        print(f"{grid['blocks']} Q4_1 blocks; codes span 0..15 in {grid['codes_span_0_15']:.1%}; Keras' integer zero "
+              f"point moves each block by an offset of RMS {grid['offset_rms_steps']:.3f} steps; weights change by "
+              f"{grid['relative_weight_change_median']:.1%} of their RMS (median over tensors)")
+        return
     length = args.window + args.prompt_tokens + args.new_tokens
     base, tokenizer, metadata = load_gguf(path, max_sequence_length=max(length, args.window))
     text = held_out_text(args.verses)
@@ -122,13 +221,30 @@ def main():
         model = GPT(base.config)
         model.set_weights(base.get_weights())
         t0 = time.perf_counter()
-        if mode == "gptq":
+        if mode in ("gptq", "awq"):
             if calibration is None:
                 calibration = np.asarray(keras.ops.convert_to_numpy(tokenizer.tokenize(
                     held_out_text(400, CALIBRATION_VERSE))), "int32").reshape(-1)
             # dataset: token ids (Keras cuts them into num_samples windows); the tokenizer is then not called
-            model.quantize("gptq", config=keras.quantizers.GPTQConfig(dataset=[calibration], tokenizer=tokenizer,
-                                                                      **keywords))
+            config = {"gptq": keras.quantizers.GPTQConfig, "awq": keras.quantizers.AWQConfig}[mode]
+            structure, chosen = None, None
+            if name in SCOPES:  # one block: the blocks before it (float) feed it, as the embedding feeds the first
+                blocks = list(model.decoder.blocks)
+                index = {"first": 0, "middle": len(blocks) // 2, "last": len(blocks) - 1}[SCOPES[name][0]]
+                structure = {"pre_block_layers": [model.token_embedding, *blocks[:index]],
+                             "sequential_blocks": [blocks[index]]}
+                chosen = {id(layer) for layer in scope_layers(model, SCOPES[name][0])}
+            model.quantize(mode, config=config(dataset=[calibration], tokenizer=tokenizer,
+                                               quantization_layer_structure=structure, **keywords),
+                           filters=chosen and (lambda layer, chosen=chosen: id(layer) in chosen))
+        elif name in SCOPES:
+            scope, table_mode = SCOPES[name]
+            chosen = {id(layer) for layer in scope_layers(model, scope)}
+            model.quantize(config=keras.quantizers.Int4QuantizationConfig(**keywords),
+                           filters=lambda layer, chosen=chosen: id(layer) in chosen)
+            if table_mode == "int8":
+                model.token_embedding.quantize(
+                    "int8", config=keras.quantizers.Int8QuantizationConfig(activation_quantizer=None))
         elif keywords is None:
             model.quantize(mode)
         else:
@@ -143,14 +259,17 @@ def main():
               "modes": {}, "environment": measure.environment()}
     for mode, model in models.items():
         table = model.token_embedding
+        t0 = time.perf_counter()
         ppl, scored = perplexity(model, windows)
+        scope = dict(zip(("layers", "token_table"), SCOPES[mode])) if mode in SCOPES else {}
         result["modes"][mode] = {
             "perplexity": ppl, "scored_tokens": scored, "weight_bytes": weight_bytes(model.weights),
             "token_table_bytes": weight_bytes(table.weights), "token_table_mode": table.quantization_mode,
-            "quantize_seconds": quantize_seconds[mode], "config": MODES[mode] and {"mode": MODES[mode][0],
-                                                                                    **(MODES[mode][1] or {})},
+            "quantize_seconds": quantize_seconds[mode], "perplexity_seconds": time.perf_counter() - t0,
+            "config": MODES[mode] and {"mode": MODES[mode][0], **(MODES[mode][1] or {}), **scope},
         }
-        print(f"{mode}: perplexity {ppl:.3f} over {scored} tokens", flush=True)
+        print(f"{mode}: perplexity {ppl:.3f} over {scored} tokens ({result['modes'][mode]['perplexity_seconds']:.0f} s)",
+              flush=True)
 
     prompt = ids[None, :args.prompt_tokens]
     generated = {}
@@ -190,7 +309,8 @@ def main():
 
     print(f"\nSmolLM2-135M-Instruct ({result['file']}; float32 = its Q4_1 weights dequantized), "
           f"{ids.size} WEB tokens, windows of {args.window}")
-    print(f"{'mode':12} {'perplexity':>10} {'vs f32':>8} {'weights MB':>10} {'vs f32':>7} {'table':>6} "
+    width = max(12, *map(len, models))  # the mode column: 12 for the default modes
+    print(f"{'mode':{width}} {'perplexity':>10} {'vs f32':>8} {'weights MB':>10} {'vs f32':>7} {'table':>6} "
           f"{'tok/s':>6} {'speed':>6} {'same greedy':>11} bar")
     for mode in models:
         e = result["modes"][mode]
@@ -198,7 +318,7 @@ def main():
         if mode in timed:
             speed = (f"{e['tokens_per_second']:6.2f} {e['speed_vs_float32']:5.2f}x "
                      f"{e['greedy_tokens_equal_float32']:>5}/{args.new_tokens}")
-        print(f"{mode:12} {e['perplexity']:10.3f} {e['perplexity_vs_float32']:+8.2%} {e['weight_bytes'] / 1e6:10.1f} "
+        print(f"{mode:{width}} {e['perplexity']:10.3f} {e['perplexity_vs_float32']:+8.2%} {e['weight_bytes'] / 1e6:10.1f} "
               f"{e['bytes_vs_float32']:7.1%} {e['token_table_mode'] or 'float':>6} {speed} "
               f"{'-' if e['passes'] is None else ('pass' if e['passes'] else 'FAIL')}")
     print(f"({result['seconds']:.0f} s; speed = float32's seconds / this mode's, median of {args.rounds} paired "

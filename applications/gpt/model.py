@@ -55,6 +55,7 @@ from attnlayers import lora
 from attnlayers.decoding import check_seed
 from attnlayers.deprecation import renamed_keyword
 from attnlayers.embedding import TokenAndPositionEmbedding, padded_size
+from attnlayers.layer_walk import nested_layers
 from attnlayers.positional import RotaryEmbedding
 from attnlayers.quantization import float_rows
 from attnlayers.transformer import TransformerDecoder
@@ -258,6 +259,19 @@ class GPTConfig:
         return (self.vocabulary_size + self.max_sequence_length) * d + self.num_layers * block + 2 * d
 
 
+def _calibrated_through_call(layer, mode):
+    """``layer.quantized_call``, except while ``layer`` is in GPTQ / AWQ ``mode`` and not yet calibrated: then
+    ``layer.call`` (the float kernel), which Keras' calibration wraps to read the layer's inputs (GPT.quantize)."""
+    quantized_call = type(layer).quantized_call.__get__(layer)
+
+    def call(*args, **kwargs):
+        if layer.quantization_mode == mode and not getattr(layer, f"is_{mode}_calibrated", True):
+            return layer.call(*args, **kwargs)
+        return quantized_call(*args, **kwargs)
+
+    return call
+
+
 def _zero_padded_rows(variable, vocabulary_size, axis):
     """Zeros the padded rows (axis 0) or columns (axis 1) >= V of a vocabulary table."""
     if variable.shape[axis] != vocabulary_size:
@@ -441,6 +455,28 @@ class GPT(GenerativeModel):
             return None
         embedding = self.token_embedding if self.config.architecture == "llama" else self.embedding
         return {"pre_block_layers": [embedding], "sequential_blocks": list(self.decoder.blocks)}
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras' ``Model.quantize``, with GPTQ's and AWQ's calibration restored ("gptq" / "awq").
+
+        Keras (3.15.1 here) calibrates by wrapping each block projection's ``call`` to read its inputs (GPTQ's
+        Hessian 2 X X^T, AWQ's per-channel activation magnitudes), but it first switches the layer to the mode, after
+        which a call goes to ``quantized_call`` and the wrapper never runs: the Hessian stays 0, so GPTQ is
+        round-to-nearest, and AWQ's scale search sees no activations (fixed upstream by keras-team/keras#23512).
+        Here each block projection's ``quantized_call`` goes through ``call`` until the layer is calibrated (its
+        float kernel either way), so the wrappers see the calibration inputs; other modes are Keras' own."""
+        resolved = mode if mode is not None else getattr(config, "mode", None)
+        if resolved not in ("gptq", "awq"):
+            return super().quantize(mode, config=config, filters=filters, **kwargs)
+        projections = [layer for block in self.decoder.blocks for layer in nested_layers(block)
+                       if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))]
+        for layer in projections:
+            layer.quantized_call = _calibrated_through_call(layer, resolved)
+        try:
+            return super().quantize(mode, config=config, filters=filters, **kwargs)
+        finally:
+            for layer in projections:
+                del layer.quantized_call
 
     @property
     def output_matrix(self):

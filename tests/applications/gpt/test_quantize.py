@@ -93,26 +93,33 @@ def test_quantized_llama_trains_decodes_compiles_and_exports(tmp_path):
     np.testing.assert_array_equal(served["tokens"], expected)
 
 
-@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
-def test_gptq_quantizes_every_block_and_nothing_else(architecture):
-    """model.quantize("gptq") through GPT.get_quantization_layer_structure (without it Keras refuses the mode): every
-    projection of every block becomes a GPTQ int4 layer, nothing outside the blocks is quantized (the token table,
-    positions, final norm stay float), and the logits stay near float32's. (On random weights and inputs the
-    layers' Hessians are near-diagonal and GPTQ's error correction has little to correct: its gain over rounding is
-    measured on SmolLM2 by benchmarks/quantize_smollm2.py.)"""
+@pytest.mark.parametrize("architecture, mode", [("gpt2", "gptq"), ("llama", "gptq"), ("llama", "awq")])
+def test_gptq_and_awq_quantize_every_block_and_nothing_else(architecture, mode):
+    """model.quantize("gptq" | "awq") through GPT.get_quantization_layer_structure (without it Keras refuses both
+    modes): every projection of every block becomes a GPTQ / AWQ int4 layer, nothing outside the blocks is quantized
+    (the token table, positions, final norm stay float), and the logits stay near float32's. AWQ's scales come from
+    the calibration activations, which Keras 3.15 alone never reads (GPT.quantize routes them; the same route gives
+    GPTQ its Hessians). (On random weights and inputs the layers' Hessians are near-diagonal and GPTQ's error
+    correction has little to correct: its gain over rounding is measured on SmolLM2 by
+    benchmarks/quantize_smollm2.py.)"""
     config = GPTConfig(vocabulary_size=96, max_sequence_length=32, num_layers=1, num_heads=4, hidden_dim=64,
                        intermediate_dim=128, architecture=architecture, tie_embeddings=True,
                        **({"num_key_value_heads": 2} if architecture == "llama" else {}))
     model = GPT(config)
     ids = np.random.default_rng(0).integers(0, 96, (4, 32)).astype("int32")
     float_logits = keras.ops.convert_to_numpy(model(ids))
-    model.quantize("gptq", config=keras.quantizers.GPTQConfig(
+    method = {"gptq": keras.quantizers.GPTQConfig, "awq": keras.quantizers.AWQConfig}[mode]
+    model.quantize(mode, config=method(
         dataset=[ids.reshape(-1)], tokenizer=object(), weight_bits=4, group_size=32, num_samples=4,
         sequence_length=32))
     in_blocks = [layer for block in model.decoder.blocks for layer in nested_layers(block)
                  if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))]
     assert len(in_blocks) == (7 if architecture == "llama" else 6)  # Q, K, V, O + the MLP's 3 (SwiGLU) or 2
-    assert all(layer.quantization_mode == "gptq" for layer in in_blocks)
+    assert all(layer.quantization_mode == mode for layer in in_blocks)
+    if mode == "awq":  # the scale search saw the calibration activations (GPT.quantize: Keras 3.15 alone, all 1)
+        scales = [keras.ops.convert_to_numpy(layer.awq_scales) for layer in in_blocks]
+        assert all(layer.is_awq_calibrated for layer in in_blocks)
+        assert not all(np.allclose(s, 1) for s in scales), scales
     block_ids = {id(layer) for layer in in_blocks}
     outside = [layer.name for layer in nested_layers(model)
                if getattr(layer, "quantization_mode", None) is not None and id(layer) not in block_ids]
