@@ -73,6 +73,18 @@ class MaskEmbedding(keras.layers.Layer):
                 "initializer": keras.initializers.serialize(self.initializer)}
 
 
+def call_on_saved_shapes(model, build_config, batch):
+    """Builds a loaded XLNet model (``.keras`` files) by calling it on zeros of its saved input shapes (a dict of
+    token_ids / segment_ids / padding_mask shapes, or token_ids' alone), ``batch`` rows where the batch is None."""
+    shapes = (build_config or {}).get("input_shape")
+    if shapes is None:
+        return
+    if not isinstance(shapes, dict):
+        shapes = {"token_ids": shapes}
+    model({key: ops.zeros([batch if size is None else size for size in shape],
+                          "bool" if key == "padding_mask" else "int32") for key, shape in shapes.items()})
+
+
 @keras.saving.register_keras_serializable(package="attnlayers.xlnet")
 class XLNetBlock(keras.layers.Layer):
     """One XLNet layer: two-stream relative attention with the relative segment term, then the feed-forward, each
@@ -320,13 +332,7 @@ class XLNetBackbone(keras.Model):
 
     def build_from_config(self, config):
         """Rebuilds a loaded model (``.keras`` files) by calling it once on zeros of the saved input shapes."""
-        shapes = (config or {}).get("input_shape")
-        if shapes is None:
-            return
-        if not isinstance(shapes, dict):
-            shapes = {"token_ids": shapes}
-        self({key: ops.zeros([1 if size is None else size for size in shape],
-                             "bool" if key == "padding_mask" else "int32") for key, shape in shapes.items()})
+        call_on_saved_shapes(self, config, batch=1)
 
     def get_config(self):
         return {**super().get_config(), "config": dataclasses.asdict(self.config)}

@@ -33,7 +33,7 @@ from attnlayers.validation import format_shape, positive_int
 from ..core.formats.safetensors import read_safetensors
 from ..core.training.optimizers import decoupled_adamw
 from ..core.training.schedules import WarmupLinearDecay
-from .backbone import XLNetBackbone
+from .backbone import XLNetBackbone, call_on_saved_shapes
 from .checkpoint import load_hf_checkpoint, save_hf_checkpoint
 
 PACKAGE = "attnlayers.xlnet"
@@ -98,13 +98,7 @@ class XLNetTask(keras.Model):
 
     def build_from_config(self, config):
         """Rebuilds a loaded model (``.keras`` files) by calling it once on zeros of the saved input shapes."""
-        shapes = (config or {}).get("input_shape")
-        if shapes is None:
-            return
-        if not isinstance(shapes, dict):
-            shapes = {"token_ids": shapes}
-        self({key: ops.zeros([2 if size is None else size for size in shape],
-                             "bool" if key == "padding_mask" else "int32") for key, shape in shapes.items()})
+        call_on_saved_shapes(self, config, batch=2)
 
     def get_config(self):
         return {**super().get_config(), "backbone": keras.saving.serialize_keras_object(self.backbone)}
