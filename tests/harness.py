@@ -45,6 +45,27 @@ def _functional_model(layer, inputs, call_kwargs):
     return keras.Model(list(symbolic.values()), outputs), [inputs[n] for n in symbolic]
 
 
+def _call_with_weights_of(fresh, layer, inputs, call_kwargs):
+    """Builds ``fresh`` (a layer of ``layer``'s config), copies ``layer``'s weights into it and calls it at
+    ``training=False``. Under JAX the build is a symbolic call and the call one compiled program: eager, each
+    primitive of each new dtype is its own XLA compilation (the float32 eager call above already ran)."""
+    if BACKEND != "jax":
+        _call(fresh, inputs, call_kwargs, training=False)
+        fresh.set_weights(layer.get_weights())
+        return _call(fresh, inputs, call_kwargs, training=False)
+    import jax
+
+    _functional_model(fresh, inputs, call_kwargs)
+    fresh.set_weights(layer.get_weights())
+    variables = fresh.trainable_variables + fresh.non_trainable_variables
+
+    def call(values, args):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):  # __call__: casts as eagerly
+            return _call(fresh, args, call_kwargs, training=False)
+
+    return jax.jit(call)([v.value for v in variables], inputs)
+
+
 def check_gradients(layer, inputs, call_kwargs, training=True):
     """Every trainable weight gets a finite gradient that is not identically zero."""
     variables = layer.trainable_variables
@@ -73,7 +94,9 @@ def check_gradients(layer, inputs, call_kwargs, training=True):
                 outputs, _ = layer.stateless_call(trainable, non_trainable, **args, **call_kwargs)
             return sum(ops.sum(ops.square(ops.cast(o, "float32"))) for o in _flat(outputs))
 
-        grads = jax.grad(loss_fn)([v.value for v in variables])
+        # One compiled program for the forward and backward pass (as fit runs it) instead of one XLA compilation
+        # per primitive of each, which is what an eager jax.grad costs on the CPU.
+        grads = jax.jit(jax.grad(loss_fn))([v.value for v in variables])
     else:  # pragma: no cover
         return
     for variable, grad in zip(variables, grads):
@@ -202,9 +225,7 @@ def run_layer_test(
     if run_mixed_precision:
         for policy, atol in (("mixed_float16", 2e-2), ("mixed_bfloat16", 1e-1)):
             mixed = layer_cls.from_config({**config, "dtype": policy})  # fresh sublayer objects
-            _call(mixed, inputs, call_kwargs, training=False)
-            mixed.set_weights(layer.get_weights())
-            mixed_out = _flat(_call(mixed, inputs, call_kwargs, training=False))
+            mixed_out = _flat(_call_with_weights_of(mixed, layer, inputs, call_kwargs))
             for a, b in zip(flat, mixed_out):
                 assert keras.backend.standardize_dtype(b.dtype) == policy.split("_")[1], (
                     f"{policy}: output dtype {b.dtype}"
