@@ -10,6 +10,13 @@ dropout, N post-LN Transformer encoder blocks with GELU, and a tanh pooler on th
 
 The inputs and outputs are keras-hub's ``BertBackbone``'s (same dict keys), the sizes its argument names
 (:class:`BertConfig`).
+
+The rest of the BERT family are options of the same encoder (:data:`~.config.FAMILIES`):
+
+    RoBERTa, XLM-R   token t reads position row position_offset + t (padding_idx + 1 = 2), one segment
+    DistilBERT       no segment table (num_segments=0), no pooler (pooler=False: no "pooled_output")
+    ALBERT           E-wide tables + a projection E -> d (embedding_dim), one block run N times (num_groups=1),
+                     the tanh GELU (activation="gelu_approximate")
 """
 
 from __future__ import annotations
@@ -22,8 +29,11 @@ from attnlayers.embedding import TokenAndPositionEmbedding
 from attnlayers.transformer import TransformerEncoder
 from attnlayers.validation import check_rank, format_shape
 
+from ..core.activations import gelu_approximate
 from ..core.generative import check_id_range
 from .config import BertConfig
+
+__all__ = ["BertBackbone", "FEATURES", "build_on_zeros"]
 
 # Hidden-state combinations for feature-based use, as compared on CoNLL-2003 NER (Devlin et al. 2019, table 7).
 FEATURES = ("last", "second_to_last", "sum_last_four", "concat_last_four", "sum_all", "embeddings")
@@ -49,11 +59,13 @@ class BertBackbone(keras.Model):
             ``tf.function``, ``jax.jit``) cannot check them and does not (``keras.ops.take`` wraps ids in [-V, 0)
             to V + id; larger ones are clamped under XLA, NaN under JAX, zeros on a GPU, an error on a CPU).
         return_hidden_states: also return "hidden_states", a list of N + 1 tensors (B, T, d): the embeddings'
-            output, then every block's (Hugging Face's ``output_hidden_states`` layout).
+            output (E wide with ``embedding_dim``: before the projection, as Hugging Face's ALBERT), then every
+            block's (Hugging Face's ``output_hidden_states`` layout).
         training: enables dropout.
 
     Returns:
-        {"sequence_output": (B, T, d), "pooled_output": (B, d)} (+ "hidden_states").
+        {"sequence_output": (B, T, d), "pooled_output": (B, d)} (+ "hidden_states"); no "pooled_output" when
+        the config has ``pooler=False``.
 
     Example:
     >>> backbone = BertBackbone("base")
@@ -70,21 +82,31 @@ class BertBackbone(keras.Model):
         super().__init__(**kwargs)
         self.config = config = BertConfig.of(config)
         self.embeddings = TokenAndPositionEmbedding(
-            config.vocabulary_size, config.max_sequence_length, config.hidden_dim, position="learned",
-            num_segments=config.num_segments, embeddings_initializer=_initializer(), name="embeddings",
-            dtype=self.dtype_policy,
+            config.vocabulary_size, config.max_sequence_length, config.embedding_dim or config.hidden_dim,
+            position="learned", num_segments=config.num_segments or None, embeddings_initializer=_initializer(),
+            name="embeddings", dtype=self.dtype_policy,
         )
         self.embeddings_layer_norm = keras.layers.LayerNormalization(
             epsilon=config.layer_norm_epsilon, name="embeddings_layer_norm", dtype=self.dtype_policy
         )
         self.embeddings_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self.embedding_projection = None
+        if config.embedding_dim:  # ALBERT's factorisation: V x E tables, then E -> d (Lan et al. 2020, section 3.1)
+            self.embedding_projection = keras.layers.Dense(
+                config.hidden_dim, kernel_initializer=_initializer(), name="embedding_projection",
+                dtype=self.dtype_policy,
+            )
+        # G blocks (N without sharing); layer i runs block i G / N (ALBERT's cross-layer sharing when G < N).
         self.encoder = TransformerEncoder(
-            config.num_layers, config.num_heads, config.intermediate_dim, dropout=config.dropout, activation="gelu",
+            config.layer_groups, config.num_heads, config.intermediate_dim, dropout=config.dropout,
+            activation="gelu" if config.activation == "gelu" else gelu_approximate,
             layer_norm_epsilon=config.layer_norm_epsilon, normalize_first=False, kernel_initializer=_initializer(),
             attention_kwargs={"dropout": config.attention_dropout}, name="encoder", dtype=self.dtype_policy,
         )
-        self.pooler = keras.layers.Dense(config.hidden_dim, activation="tanh", kernel_initializer=_initializer(),
-                                         name="pooler", dtype=self.dtype_policy)
+        self.pooler = None
+        if config.pooler:
+            self.pooler = keras.layers.Dense(config.hidden_dim, activation="tanh", kernel_initializer=_initializer(),
+                                             name="pooler", dtype=self.dtype_policy)
 
     @property
     def token_embedding(self):
@@ -110,10 +132,11 @@ class BertBackbone(keras.Model):
                 f"`token_ids` holds empty sequences (shape {format_shape(token_ids.shape)}): BERT reads [CLS] at "
                 "position 0, so every sequence needs at least one position (pack texts with pretraining_data.pack)."
             )
-        length = token_ids.shape[1]
-        if length is not None and length > self.config.max_sequence_length:
+        length, config = token_ids.shape[1], self.config
+        if length is not None and length > config.max_tokens:
+            offset = f" - position_offset {config.position_offset}" if config.position_offset else ""
             raise ValueError(
-                f"`token_ids` has {length} positions but max_sequence_length is {self.config.max_sequence_length}; "
+                f"`token_ids` has {length} positions but max_sequence_length is {config.max_sequence_length}{offset}; "
                 "truncate the inputs (the preprocessor's sequence_length) or use a longer position table."
             )
         segment_ids = inputs.get("segment_ids")
@@ -132,19 +155,43 @@ class BertBackbone(keras.Model):
         _check_dtype(padding_mask, "padding_mask", "a boolean (True = real token) or 0/1 integer mask", allow_bool=True)
         check_id_range(token_ids, "token_ids", self.config.vocabulary_size)
         if "segment_ids" in inputs and inputs["segment_ids"] is not None:
-            check_id_range(segment_ids, "segment_ids", self.config.num_segments, "num_segments")
+            # Without segment embeddings (num_segments=0) only segment 0 is accepted: nothing else is ignored.
+            check_id_range(segment_ids, "segment_ids", max(self.config.num_segments, 1),
+                           "num_segments" if self.config.num_segments else "max(num_segments, 1)")
         return token_ids, segment_ids, ops.cast(padding_mask, "bool")
 
     def call(self, inputs, return_hidden_states=False, training=None):
         token_ids, segment_ids, padding_mask = self._inputs(inputs)
-        x = self.embeddings(token_ids, segment_ids=segment_ids)  # E[token] + P[position] + G[segment]
+        config = self.config
+        # E[token] + P[offset + position] + G[segment]. RoBERTa numbers the real tokens from padding_idx + 1
+        # (fairseq's make_positions): the same rows wherever padding is on the right, as the packers put it.
+        x = self.embeddings(token_ids, segment_ids=segment_ids if config.num_segments else None,
+                            start_index=config.position_offset)
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
-        encoded = self.encoder(x, padding_mask=padding_mask, return_hidden_states=True, training=training)
-        sequence = encoded["sequence_output"]
-        result = {"sequence_output": sequence, "pooled_output": self.pooler(sequence[:, 0])}  # tanh(W h_[CLS] + b)
+        h = x if self.embedding_projection is None else self.embedding_projection(x)  # E -> d (ALBERT)
+        if config.layer_groups == config.num_layers:
+            encoded = self.encoder(h, padding_mask=padding_mask, return_hidden_states=True, training=training)
+            sequence, hidden_states = encoded["sequence_output"], list(encoded["hidden_states"])
+        else:
+            sequence, hidden_states = self._shared_layers(h, padding_mask, training)
+        result = {"sequence_output": sequence}
+        if self.pooler is not None:
+            result["pooled_output"] = self.pooler(sequence[:, 0])  # tanh(W h_[CLS] + b)
         if return_hidden_states:
-            result["hidden_states"] = [x] + list(encoded["hidden_states"])
+            result["hidden_states"] = [x] + hidden_states
         return result
+
+    def _shared_layers(self, x, padding_mask, training):
+        """N layers over G < N sets of weights: layer i runs block floor(i G / N) (ALBERT's cross-layer sharing;
+        Hugging Face's ``group_idx = int(i / (N / G))``). Returns the last output and every layer's."""
+        if not self.encoder.built:
+            self.encoder.build(tuple(x.shape))
+        hidden_states = []
+        for i in range(self.config.num_layers):
+            x = self.encoder.blocks[i * self.config.layer_groups // self.config.num_layers](
+                x, padding_mask=padding_mask, training=training)
+            hidden_states.append(x)
+        return x, hidden_states
 
     def features(self, inputs, combination="last", training=None):
         """Per-token features from the hidden states (Devlin et al. 2019, table 7), (B, T, d) or (B, T, 4 d).

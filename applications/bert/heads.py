@@ -32,6 +32,9 @@ from attnlayers.validation import is_int, positive_int, rate_in_unit_interval
 
 from .pretrainer import PACKAGE, BertTask, _initializer, bert_optimizer
 
+__all__ = ["BertClassifier", "BertSpanQA", "BertTokenClassifier", "IGNORE_LABEL", "SpanPrediction", "TokenAccuracy",
+           "align_word_labels", "decode_answers", "span_context_mask", "word_predictions"]
+
 IGNORE_LABEL = -100  # the token classifier's "no label here" (Hugging Face's convention, PyTorch's ignore_index)
 
 
@@ -77,6 +80,11 @@ class BertClassifier(_FineTuningTask):
 
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         super().__init__(backbone, **kwargs)
+        if getattr(self.backbone, "pooler", True) is None:
+            raise ValueError(
+                "BertClassifier reads the backbone's pooled_output; this backbone has none (pooler=False, as "
+                "DistilBERT): give it a pooler (BertConfig(pooler=True)) or classify from sequence_output[:, 0]."
+            )
         self.num_classes = _num_labels(num_classes, "num_classes")
         self.dropout_rate = rate_in_unit_interval(dropout, "dropout")
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="output_dropout", dtype=self.dtype_policy)
@@ -342,7 +350,12 @@ a threshold tuned on dev data, section 4.3)."""
 
 def span_context_mask(segment_ids, padding_mask):
     """The context tokens of ``[CLS] question [SEP] context [SEP] [PAD]...``: segment 1, real tokens, without the
-    final [SEP] (the last real token). NumPy, (B, T) or (T,) -> bool of the same shape."""
+    final [SEP] (the last real token). NumPy, (B, T) or (T,) -> bool of the same shape.
+
+    Args:
+        segment_ids: (B, T) or (T,) NumPy segment ids (0 question, 1 context).
+        padding_mask: the same shape, True for real tokens.
+    """
     segment_ids, padding_mask = np.asarray(segment_ids), np.asarray(padding_mask).astype(bool)
     if segment_ids.shape != padding_mask.shape:
         raise ValueError(

@@ -70,16 +70,14 @@ from attnlayers.validation import (
     rate_in_unit_interval,
 )
 
+from ..core.activations import gelu_approximate  # GPT-2's GELU, shared with BERT's ALBERT option
 from ..core.generative import GenerativeModel, check_id_range, concrete_values
 from ..core.runs import keras_fixes
 from ..core.training.losses import ChunkedCrossEntropy
 from ..core.training.metrics import Perplexity
 
 
-@keras.saving.register_keras_serializable(package="attnlayers.gpt")
-def gelu_approximate(x):
-    """GPT-2's GELU, the tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
-    return keras.activations.gelu(x, approximate=True)
+__all__ = ["GPT", "GPTConfig", "GPT_PRESETS", "VocabularyView", "gelu_approximate"]
 
 
 # (num_layers, hidden_dim, num_heads) of the GPT-2 sizes: layers and d_model from Radford et al. 2019, table 2, heads
