@@ -9,7 +9,9 @@ preprocessing, pretraining (masked LM + next sentence prediction), fine-tuning h
     out = backbone(inputs)              # {"sequence_output": (B, T, d), "pooled_output": (B, d)}
 
 Modules: ``config`` (BertConfig, PRESETS), ``backbone`` (BertBackbone), ``tokenizer`` (BertTokenizer,
-train_vocabulary), ``pretraining_data`` (pack, next-sentence pairs, masked-LM masking, pretraining_dataset),
+train_vocabulary), the BERT family's tokenizers (``roberta_tokenizer``: RobertaTokenizer, pack_roberta;
+``sentencepiece_tokenizer``: AlbertTokenizer, XLMRobertaTokenizer; ``family_tokenizers``: tokenizer_from_directory,
+which picks one from a checkpoint directory), ``pretraining_data`` (pack, next-sentence pairs, masked-LM masking, pretraining_dataset),
 ``pretrainer`` (BertPretrainer, bert_optimizer), ``heads`` (BertClassifier, BertTokenClassifier, BertSpanQA),
 ``squad`` (the SQuAD JSON reader), ``checkpoint`` (Hugging Face and keras-hub weights), ``export``
 (string-in SavedModels), ``corpora`` (``applications.core.inputs.corpora``, the offline corpora: KJV / WEB Bibles,
@@ -45,6 +47,9 @@ _LAZY = {
     **dict.fromkeys(("IS_NEXT", "NOT_NEXT", "MaskedLMMasker", "is_truncated", "pack", "pretraining_dataset"),
                     "pretraining_data"),
     **dict.fromkeys(("SPECIAL_TOKENS", "BertTokenizer", "train_vocabulary"), "tokenizer"),
+    **dict.fromkeys(("RobertaTokenizer", "pack_roberta"), "roberta_tokenizer"),
+    **dict.fromkeys(("AlbertTokenizer", "XLMRobertaTokenizer"), "sentencepiece_tokenizer"),
+    "tokenizer_from_directory": "family_tokenizers",
 }
 
 __all__ = [
@@ -53,6 +58,7 @@ __all__ = [
     "BertTokenizer", "MaskedLMMasker", "align_word_labels", "bert_optimizer", "copy_keras_hub_weights",
     "corpora", "decode_answers", "export_text_model", "from_keras_hub", "is_truncated", "load_hf_checkpoint", "pack", "pretraining_dataset",
     "save_hf_checkpoint", "span_context_mask", "squad", "train_vocabulary", "word_predictions",
+    "AlbertTokenizer", "RobertaTokenizer", "XLMRobertaTokenizer", "pack_roberta", "tokenizer_from_directory",
 ]
 
 # Each module of the package is an attribute too (bert.viewer, ...), imported on first use (core/lazy.py).

@@ -51,6 +51,9 @@ from attnlayers.validation import is_int
 
 from ..core.inputs.token_lookup import TokenLookup
 
+__all__ = ["BertTokenizer", "SPECIAL_TOKENS", "SUFFIX_INDICATOR", "lower_case", "normalize", "read_tokenizer_options",
+           "read_vocabulary", "train_vocabulary"]
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _TOKEN_ATTRIBUTES = dict(zip(SPECIAL_TOKENS, ("pad", "unk", "cls", "sep", "mask"), strict=True))
 SUFFIX_INDICATOR = "##"  # a piece that starts with it continues the previous piece's word
@@ -147,6 +150,23 @@ _REMOVED = r"[\p{C}\x{FFFD}]"
 _CONTEXT_FREE_LOWER = (("Σ", "σ"), ("İ", "i\u0307"), ("Į", "į"), ("Ì", "ì"), ("Í", "í"), ("Ĩ", "ĩ"))
 
 
+def lower_case(text):
+    """Each character of ``text`` (a tf.string tensor) mapped to its full lower case on its own, in every locale:
+    Rust's ``char::to_lowercase``, what Hugging Face's lower-casing normalizers do ("Σ" -> "σ" at the end of a word
+    too, "İ" -> "i̇"), as TensorFlow ops. NUL characters stay (ICU's lower-casing would end the text at the first)."""
+    text = tf.convert_to_tensor(text, tf.string)
+    parts = tf.strings.split(tf.reshape(text, [-1]), sep="\x00")  # (N, None): the text between NULs
+    lowered = tf.strings.lower(parts.flat_values)  # ASCII letters, in every locale (ICU's Turkish "I" -> "ı" never
+    for upper, lower in _CONTEXT_FREE_LOWER:      # sees an "I")
+        lowered = tf.strings.regex_replace(lowered, upper, lower)
+    lowered = tf.strings.lower(lowered, encoding="utf-8")  # ICU, left with only context- and locale-free mappings
+    last = tf.range(tf.size(lowered), dtype=parts.row_splits.dtype) == tf.gather(parts.row_splits[1:] - 1,
+                                                                                 parts.value_rowids())
+    lowered = tf.strings.join([lowered, tf.where(last, "", "\x00")])  # the NULs back (a separator argument would
+    joined = tf.strings.reduce_join(parts.with_flat_values(lowered), axis=-1)  # be read up to its NUL)
+    return tf.reshape(joined, tf.shape(text))
+
+
 def normalize(text, *, lowercase: bool = True, strip_accents: bool | None = None):
     """BERT's `BasicTokenizer` clean-up, lower-casing and accent stripping, as TensorFlow ops.
 
@@ -170,10 +190,7 @@ def normalize(text, *, lowercase: bool = True, strip_accents: bool | None = None
     text = tf.strings.regex_replace(text, _WHITESPACE, " ")
     text = tf.strings.regex_replace(text, _REMOVED, "")
     if lowercase:
-        text = tf.strings.lower(text)  # ASCII letters, in every locale (ICU's Turkish "I" -> "ı" never sees an "I")
-        for upper, lower in _CONTEXT_FREE_LOWER:
-            text = tf.strings.regex_replace(text, upper, lower)
-        text = tf.strings.lower(text, encoding="utf-8")  # ICU, left with only context- and locale-free mappings
+        text = lower_case(text)
     if strip_accents:
         text = tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFD"), r"\p{Mn}", "")
     return text
@@ -239,6 +256,12 @@ class BertTokenizer(TokenLookup):
     @property
     def special_token_ids(self) -> tuple:
         return (self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
+
+    def pack(self, segments_a, segments_b=None, *, sequence_length: int):
+        """`pretraining_data.pack` with this tokenizer: ``[CLS] A [SEP] (B [SEP])``, segment ids 0 / 1, [PAD]."""
+        from .pretraining_data import pack
+
+        return pack(segments_a, segments_b, sequence_length=sequence_length, tokenizer=self)
 
 
     def get_vocabulary(self) -> list:
@@ -322,7 +345,7 @@ def train_vocabulary(
 
     Raises:
         ValueError: when `texts` has no non-empty string or `vocabulary_size` leaves no room past the special
-        tokens.
+            tokens.
     """
     import keras_hub
 

@@ -26,6 +26,8 @@ Sub-packages, by concern (each module imported on first use):
   ``data_order`` (data in an order that is a function of (seed, epoch): what a resume needs), ``scene_images``
   (the generated scenes), ``files`` (``read_lines`` for the readers, atomic writes), ``token_lookup``
   (``TokenLookup``, the token <-> id plumbing of the in-graph tokenizers; TensorFlow).
+- ``tokenizers``: ``byte_bpe`` (byte-level BPE in TensorFlow ops: GPT-2's pre-tokenizer, byte symbols and
+  vocab.json / merges.txt, keras-hub's merges; GPT-2's and RoBERTa's tokenizers run it; TensorFlow).
 - ``formats``: ``safetensors`` (NumPy reader / writer), ``hf_config`` (Hugging Face config.json keys to ours),
   ``weights`` (copies by path; the keras-hub copier), ``export`` (``export_generator``; TensorFlow).
 
