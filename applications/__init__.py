@@ -7,6 +7,8 @@ after ``import attnlayers.applications``); nothing is imported before.
 import importlib
 import pkgutil
 
+__all__ = sorted(info.name for info in pkgutil.iter_modules(__path__))  # the applications, each a folder
+
 
 def __getattr__(name):  # noqa: N807 (PEP 562's module hook)
     if name in {info.name for info in pkgutil.iter_modules(__path__)}:

@@ -89,4 +89,23 @@ from attnlayers.transformer import (
 )
 from attnlayers.two_stream import TwoStreamAttention
 
-__version__ = "0.1.0"
+# The public API: every name a user imports (the API reference, docs/reference/, documents each of them).
+__all__ = [
+    "ALiBi", "AdditiveScore", "Attention", "AttentionBase", "AttentionOutputs", "AttentionPooling",
+    "AttentionRNNDecoder", "BahdanauDecoder", "BeamSearch", "BigBirdAttention", "ClassToken", "CosineScore",
+    "DecodeResult", "DecoderBlockOutputs", "DotScore", "FeedForward", "GeneralScore", "GreedySearch",
+    "GumbelTemperatureSchedule", "HardAttention", "LinformerAttention", "LocalAttention", "LocationScore",
+    "LuongDecoder", "MLPScore", "MultiHeadAttention", "PatchEmbedding", "PositionEmbedding", "RMSNorm",
+    "ReinforceLoss", "ReinforceModel", "RelativePositionBias", "RotaryEmbedding", "Sampling", "ScaledDotScore",
+    "ScheduledSampler", "ScheduledSamplingLogger", "Score", "Search", "SelfAttention2D", "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding", "TransformerDecoder", "TransformerDecoderBlock", "TransformerEncoder",
+    "TransformerEncoderBlock", "TransformerXLRelativeBias", "TwoStreamAttention", "alibi_slopes", "attention_axes",
+    "attention_rollout", "available_scores", "bigbird_mask", "bigbird_pattern", "chunked_attention", "compat",
+    "count_step", "decoding", "distribution", "enable_lora", "fused", "generate", "get_score", "kv_cache",
+    "layer_walk", "load_lora_weights", "lora", "masking", "merge_lora", "normalization", "permutation_masks",
+    "positional", "prediction_targets", "register_score", "reinforce_surrogate", "relative_position_bucket",
+    "rollout", "sample_factorization_order", "save_lora_weights", "scheduled_sampling", "scoring", "step_counter",
+    "stop_strings", "training_step", "update_memory", "validation", "visualize"
+]
+
+__version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it)

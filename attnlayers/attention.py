@@ -21,6 +21,9 @@ from attnlayers.validation import (
     same_size,
 )
 
+__all__ = ["Attention", "AttentionBase", "AttentionPooling", "KEY_LAYOUT", "QUERY_LAYOUT", "VALUE_LAYOUT",
+           "check_attention_shapes"]
+
 QUERY_LAYOUT = "(batch, target_length, query_dim), or (batch, query_dim) for one step"
 VALUE_LAYOUT = "(batch, source_length, value_dim)"
 KEY_LAYOUT = "(batch, source_length, key_dim)"

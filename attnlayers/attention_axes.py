@@ -20,6 +20,9 @@ from keras import ops
 from attnlayers.validation import format_shape, is_int
 
 
+__all__ = ["AxesFold", "check_attention_axes", "normalize_attention_axes"]
+
+
 def normalize_attention_axes(attention_axes, rank):
     """keras' ``attention_axes`` for an input of rank ``rank`` as a tuple of non-negative axes in [1, rank - 2]
     (negative axes count from the input's end, as keras': -2 is the last middle axis). None: every middle axis.

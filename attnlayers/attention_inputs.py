@@ -13,6 +13,10 @@ from attnlayers.validation import (
     same_size,
 )
 
+__all__ = ["CAUSAL_ALIGNMENTS", "KERAS_ONLY_METHODS", "causal_alignment_argument", "check_attention_bias",
+           "check_key_value_shapes", "check_sequences", "keras_positive_int", "key_value_heads_argument",
+           "output_shape_argument", "warn_keras_only_overrides"]
+
 _SEQUENCE = "(batch, length, dim)"
 
 #: The values of ``MultiHeadAttention(causal_alignment=...)``: where the T queries sit among S keys when no

@@ -17,6 +17,9 @@ from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention
 from attnlayers.validation import format_shape, non_negative_int, positive_int, reject_arguments
 
 
+__all__ = ["BigBirdAttention", "bigbird_mask", "bigbird_pattern"]
+
+
 def bigbird_pattern(num_blocks, num_global_blocks, num_random_blocks, seed):
     """The key blocks each non-global query block attends.
 
@@ -66,6 +69,16 @@ def bigbird_mask(length, block_size, num_global_blocks, num_random_blocks, seed)
 
     ``MultiHeadAttention(...)(x, x, attention_mask=bigbird_mask(...)[None])`` computes what
     ``BigBirdAttention`` computes, with the same weights.
+
+    Args:
+        length: T, the number of positions.
+        block_size: positions per block.
+        num_global_blocks: blocks at the start that attend and are attended everywhere.
+        num_random_blocks: random key blocks per query block.
+        seed: the seed of the random blocks (the layer's ``pattern_seed``).
+
+    Returns:
+        A (T, T) boolean NumPy array.
     """
     length = positive_int(length, "length")
     block_size = positive_int(block_size, "block_size")
@@ -104,10 +117,12 @@ class BigBirdAttention(MultiHeadAttention):
     masked, so a decoder sees fewer random keys). This is not part of the paper's ITC encoder design.
 
     Args:
-        num_heads, key_dim, and the other arguments of :class:`MultiHeadAttention` (value_dim, dropout,
-            use_bias, output_shape, use_gate, num_key_value_heads, rotary, initializers, ...), except
-            ``sliding_window`` and ``position_bias`` (dense (T, S) biases), and with ``score`` "dot" or
-            "scaled_dot" (a ``DotScore`` / ``ScaledDotScore``).
+        num_heads: N, as :class:`MultiHeadAttention`.
+        key_dim: H, as :class:`MultiHeadAttention`.
+        **kwargs: the other arguments of :class:`MultiHeadAttention` (value_dim, dropout, use_bias,
+            output_shape, use_gate, num_key_value_heads, rotary, initializers, ...), except ``sliding_window``
+            and ``position_bias`` (dense (T, S) biases), and with ``score`` "dot" or "scaled_dot" (a
+            ``DotScore`` / ``ScaledDotScore``).
         block_size: b, positions per block (the paper's BigBird-ITC base: 64).
         num_global_blocks: g >= 0, the leading blocks made global (paper: 2 blocks of global tokens).
         num_random_blocks: r >= 0, random key blocks per query block (paper: 3).

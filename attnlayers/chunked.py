@@ -38,6 +38,9 @@ from keras import backend, ops
 from attnlayers import masking
 from attnlayers.validation import format_shape, is_int, positive_int, rate_in_unit_interval
 
+__all__ = ["DEFAULT_KEY_CHUNK", "DEFAULT_QUERY_CHUNK", "chunked_attention", "dropout_keep_mask", "seed_tensor",
+           "visible_queries"]
+
 _BACKEND = keras.backend.backend()
 
 #: Default block sizes: a (B, N, 512, 512) float32 block is 1 MiB per batch row and head.

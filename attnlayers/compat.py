@@ -23,6 +23,8 @@ from attnlayers.multi_head import MultiHeadAttention
 from attnlayers.scoring import DotScore
 from attnlayers.validation import rate_in_unit_interval
 
+__all__ = ["AdditiveAttention", "Attention", "GroupQueryAttention", "GroupedQueryAttention", "SCORE_MODES"]
+
 SCORE_MODES = ("dot", "concat")
 
 

@@ -34,6 +34,9 @@ from keras import ops
 from attnlayers.deprecation import renamed_attributes, renamed_keyword
 from attnlayers.validation import concrete_value, is_int, is_number, positive_int, positive_number
 
+__all__ = ["BeamSearch", "DecodeResult", "GreedySearch", "NEG_INF", "Sampling", "Search", "check_seed",
+           "check_stop_sequences", "generate", "get_search", "length_penalty", "uniform_noise"]
+
 # A finite "minus infinity" for impossible candidates: -inf would give inf - inf = NaN in the beam sums and the
 # length normalisation. Scores are float32 (log-softmax in float32 whatever the model dtype).
 NEG_INF = -1e9

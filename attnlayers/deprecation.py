@@ -9,6 +9,9 @@ import sys
 import warnings
 
 
+__all__ = ["renamed_attributes", "renamed_keyword"]
+
+
 def renamed_keyword(old, new):
     """A decorator: the function also takes its argument ``new`` under the keyword ``old`` (deprecated).
 

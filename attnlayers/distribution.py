@@ -15,6 +15,9 @@ cross-replica sum inside the step, a synchronisation point that lets the replica
 import keras
 
 
+__all__ = ["scale_for_replicas"]
+
+
 def scale_for_replicas(value):
     """``value / num_replicas_in_sync`` under a ``tf.distribute`` strategy with several replicas (TensorFlow
     backend); ``value`` otherwise."""

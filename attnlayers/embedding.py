@@ -8,6 +8,8 @@ from keras import ops
 from attnlayers.positional import PositionEmbedding, SinusoidalPositionEncoding
 from attnlayers.validation import check_feature_size, check_rank, check_tensor, one_of, positive_int
 
+__all__ = ["TokenAndPositionEmbedding", "padded_size"]
+
 _POSITIONS = ("learned", "sinusoidal")
 
 

@@ -29,6 +29,9 @@ from attnlayers.stop_strings import check_stop_strings, cut_tensor_at_stop_strin
 from attnlayers.validation import one_of, positive_int
 
 
+__all__ = ["GenerateExportOptions", "assert_rank", "export_generate", "fit_inputs", "signature_of"]
+
+
 @dataclasses.dataclass(frozen=True)
 class GenerateExportOptions:
     """What an exported ``generate`` signature takes, how it decodes and what it returns; checked once, here.
@@ -465,6 +468,7 @@ def export_generate(path, next, max_length=None, search=None, *, track=None, pre
     (TensorShape([B, 2, 64]), TensorShape([B, 2]))
 
     Building without saving, then adding a function and saving once:
+
     >>> module = export_generate(None, lm_next, 64, track=lm, prepare=prepare, stop_token_ids=[eos])
     >>> module.first_token = tf.function(lambda ids, mask: module.generate(ids, mask)["token_ids"][:, :1],
     ...                                  input_signature=[tf.TensorSpec((None, None), tf.int32),

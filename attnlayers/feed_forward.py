@@ -6,6 +6,8 @@ import keras
 
 from attnlayers.validation import check_feature_size, check_tensor, positive_int, rate_in_unit_interval
 
+__all__ = ["FeedForward"]
+
 _GATED = {"swiglu": "silu", "geglu": "gelu"}
 
 

@@ -51,6 +51,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from attnlayers import masking
 
+__all__ = ["DEFAULT_BLOCK_SIZES", "dropout_bits", "dropout_keep_mask", "flash_attention", "keep_threshold", "row_keys"]
+
 #: (query rows, key rows) per block: powers of two, at least 16.
 DEFAULT_BLOCK_SIZES = (64, 64)
 

@@ -23,6 +23,9 @@ from keras import backend, ops
 from attnlayers import masking
 from attnlayers.validation import is_int
 
+__all__ = ["CUDNN_REFUSALS", "compiled_by_xla", "cudnn_refusal", "fused_attention", "kernel", "platform",
+           "why_not_cudnn"]
+
 _BACKEND = keras.backend.backend()
 _HALF = ("float16", "bfloat16")
 #: Head sizes cuDNN's flash attention takes on every GPU it runs on (Ampere: <= 128, Hopper: <= 256).
@@ -176,8 +179,9 @@ def fused_attention(query, key, value, bias=None, *, query_mask=None, key_mask=N
         (B, T, N, H) in the query's dtype. Rows with no visible key hold finite values the caller zeroes.
 
     Raises:
-        With implementation="cudnn", one of :data:`CUDNN_REFUSALS` when cuDNN refuses the call (raised while
-        tracing; :func:`cudnn_refusal` tells them from errors).
+        RuntimeError: with implementation="cudnn", when cuDNN refuses the call: one of :data:`CUDNN_REFUSALS`
+            (a RuntimeError or NotImplementedError raised while tracing; :func:`cudnn_refusal` tells them from
+            errors).
     """
     import jax
 

@@ -32,6 +32,9 @@ from attnlayers.layer_walk import nested_layers
 from attnlayers.validation import is_number, one_of, positive_int, positive_number, rate_in_unit_interval
 
 
+__all__ = ["GumbelTemperatureSchedule", "HardAttention", "ReinforceLoss", "ReinforceModel", "reinforce_surrogate",
+           "straight_through"]
+
 _ESTIMATORS = ("reinforce", "gumbel")
 _SAMPLE_KEYS = ("log_prob", "entropy")
 _INFERENCE = ("argmax", "expectation")

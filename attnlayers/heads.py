@@ -12,6 +12,8 @@ from keras import ops
 
 from attnlayers import fused
 
+__all__ = ["folded_logits", "fused_projections", "grouped_combine", "grouped_logits"]
+
 _BACKEND = keras.backend.backend()
 
 
@@ -73,8 +75,8 @@ def fused_projections(query, value, key, layers, *, num_heads, num_key_value_hea
         ``(query (B, T, N, H), key (B, T, N_kv, H), value (B, T, N_kv, H))``; or None (use the three layers) for
         other calls, when a projection does more than x W + b (LoRA, quantization, an activity regularizer, an
         overridden call) or its heads differ in size, and outside XLA: in a TensorFlow graph (what ``fit`` runs on a
-        CPU) the concatenation and split cost more than the one larger matmul saves (benchmarks/README.md, "The
-        fused QKV projection, by compile mode").
+        CPU) the concatenation and split cost more than the one larger matmul saves (docs/results/attention-speed.md,
+        "The fused QKV projection, by compile mode").
     """
     if not (query is value and key is value) or not (_BACKEND == "jax" or fused.compiled_by_xla(query)):
         return None

@@ -14,6 +14,9 @@ from attnlayers import masking
 from attnlayers.scoring import DotScore, ScaledDotScore
 
 
+__all__ = ["Hooks", "dot_scale"]
+
+
 def _deserialize_layer(layer, name):
     if layer is None or isinstance(layer, keras.layers.Layer):
         return layer

@@ -13,6 +13,8 @@ from attnlayers import masking
 from attnlayers.multi_head import AttentionOutputs, MultiHeadAttention, _length
 from attnlayers.validation import format_shape, one_of, positive_int, reject_arguments
 
+__all__ = ["LinformerAttention"]
+
 # Section 4's parameter sharing within one layer. "layerwise" shares one E across the layers of a model, which
 # a single layer cannot do (see the error message below).
 _SHARING = ("none", "key_value")
@@ -74,8 +76,10 @@ class LinformerAttention(MultiHeadAttention):
     :class:`MultiHeadAttention`), then E, then F (F absent with key-value sharing).
 
     Args:
-        num_heads, key_dim, and every other argument of :class:`MultiHeadAttention` (value_dim, dropout,
-            use_bias, output_shape, use_gate, score, num_key_value_heads, rotary, initializers, ...), except
+        num_heads: N, as :class:`MultiHeadAttention`.
+        key_dim: H, as :class:`MultiHeadAttention`.
+        **kwargs: every other argument of :class:`MultiHeadAttention` (value_dim, dropout, use_bias,
+            output_shape, use_gate, score, num_key_value_heads, rotary, initializers, ...), except
             ``sliding_window`` and ``position_bias`` (masks over (query, key) pairs).
         projected_length: k, the number of projected key/value positions.
         max_length: S_max, the longest key/value sequence; E and F are (k, S_max). Longer sequences raise.

@@ -8,6 +8,8 @@ from attnlayers.attention import Attention
 from attnlayers.scoring import LocationScore, dense_last_axis
 from attnlayers.validation import one_of, positive_int
 
+__all__ = ["LocalAttention"]
+
 _MODES = {"local-m": "local-m", "monotonic": "local-m", "local-p": "local-p", "predictive": "local-p"}
 _IMPLEMENTATIONS = ("windowed", "masked")
 _POSITIONS = ("diagonal", "paper")
@@ -62,7 +64,7 @@ class LocalAttention(Attention):
         faster than the alignment can follow (as the "scaled_general" score does for W_a). t counts from
         ``start_index`` (``index`` in :meth:`attend_step`), so step-by-step decoding needs the step index.
       - ``position="paper"``: p_t = L sigmoid(g_t) (eq. 9 as published). Trained with Adam on real sentences
-        its window moves to one end of the source for every t (benchmarks/README.md measures both).
+        its window moves to one end of the source for every t (docs/results/nmt.md measures both).
 
     The window [p_t - D, p_t + D] is combined with padding, causal and explicit masks, so it is clipped at
     both sequence ends and never reaches padding; the softmax is taken over the visible part of the window.

@@ -177,6 +177,10 @@ def save_lora_weights(model, path):
     """Writes the adapters of ``model`` alone (a NumPy ``.npz``: each projection's A and B under its key, and the
     rank, alpha and targets), a small file for :func:`load_lora_weights`.
 
+    Args:
+        model: a model after :func:`enable_lora`.
+        path: the ``.npz`` file to write.
+
     Raises:
         ValueError: ``model`` has no adapters.
     """
@@ -214,6 +218,10 @@ def load_lora_weights(model, path):
     """Reads the adapters :func:`save_lora_weights` wrote into ``model``: a model without adapters gets them (as
     :func:`enable_lora` with the file's rank, alpha and targets); one with adapters must have those of the file.
     Everything is checked before the model is changed.
+
+    Args:
+        model: the model the adapters were trained on (same architecture), with or without adapters.
+        path: the ``.npz`` file :func:`save_lora_weights` wrote.
 
     Raises:
         ValueError: the file's projections, ranks or shapes do not match the model's (the first differences named).
@@ -256,6 +264,9 @@ def merge_lora(model):
     """Folds each adapter into its kernel, W <- W + (alpha / r) B A (eq. 3), and drops the adapters: the model
     computes the same outputs without them (for export, quantization, checkpoint writers). The weights stay as
     :func:`enable_lora` left them, frozen (``model.trainable = True`` unfreezes them).
+
+    Args:
+        model: a model after :func:`enable_lora`.
 
     Returns:
         The keys of the merged projections.

@@ -14,6 +14,11 @@ from keras import backend, ops
 
 from attnlayers.validation import format_shape, is_int, positive_int, same_size
 
+__all__ = ["causal_mask", "check_mask", "combine_masks", "combine_pieces", "compute_attention_mask",
+           "keras_attention_mask", "keras_mask", "keras_window_mask", "key_padding_mask", "large_negative",
+           "mask_pieces", "masked_softmax", "padding_to_attention_mask", "sequence_length", "sliding_window_mask",
+           "static_sizes", "visible_queries", "zero_invisible_queries"]
+
 _REDUCED_PRECISION = ("float16", "bfloat16")
 
 

@@ -43,6 +43,8 @@ from attnlayers.validation import (
     rate_in_unit_interval,
 )
 
+__all__ = ["AttentionOutputs", "MultiHeadAttention"]
+
 _SEQUENCE = "(batch, length, dim)"
 _length = masking.sequence_length
 
@@ -53,6 +55,11 @@ class AttentionOutputs(collections.namedtuple("AttentionOutputs", ["output", "sc
 
     ``AttentionOutputs.unpack(layer(...), return_attention_scores, cache is not None)`` reads any of the
     layer's return structures; ``pack()`` builds them.
+
+    Attributes:
+        output: (B, T, D).
+        scores: (B, N, T, S), or None.
+        cache: (B, 2, S_max, N_kv, H), or None.
     """
 
     __slots__ = ()
@@ -145,7 +152,7 @@ class MultiHeadAttention(keras.layers.Layer):
             (a Pallas kernel for JAX on a GPU that keeps the attention dropout: :mod:`attnlayers.flash_dropout`) or
             "auto" (default: "fused" where cuDNN takes the call, else "chunked" from T >= 4096, else "exact";
             not "flash" until its kernels have run on a GPU).
-            What each needs and refuses: :mod:`attnlayers.routes` and docs/attention-implementations.md;
+            What each needs and refuses: :mod:`attnlayers.routes` and docs/guides/attention-implementations.md;
             :meth:`attention_implementation` predicts a call's route, :attr:`last_attention` records it.
         memory_efficient: the older alias: True is "chunked", False "exact" (kept so that saved configs load).
         causal_alignment: "top_left" (default, keras') or "bottom_right": where T queries sit among S keys when
@@ -458,7 +465,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """An :class:`AttentionRoute`: the route, its kernel (fused: "cudnn" or "xla"; flash: "triton" or
         "interpret") and any fallback of the layer's latest call (None before the first), recorded when the call
         runs in Python: each eager call and each trace of a compiled function, not its later runs
-        (docs/attention-implementations.md)."""
+        (docs/guides/attention-implementations.md)."""
         return self._last_attention
 
     def attention_implementation(self, query_length, key_length, *, dtype=None, return_attention_scores=False,

@@ -12,6 +12,9 @@ from keras import ops
 from attnlayers.validation import check_feature_size, check_tensor, positive_number
 
 
+__all__ = ["RMSNorm", "rms_normalize"]
+
+
 def rms_normalize(x, epsilon):
     """x / sqrt(mean(x^2) + eps) over the last axis (eq. 4 without the gain), in float32 under mixed precision.
 

@@ -29,6 +29,9 @@ from keras.backend import standardize_dtype
 
 from attnlayers.validation import check_rank, format_shape, is_int, is_number
 
+__all__ = ["factorization_rank", "num_predictions", "permutation_masks", "prediction_targets",
+           "sample_factorization_order"]
+
 _ORDER = "(batch, length)"
 _PADDING = "(batch, length)"
 

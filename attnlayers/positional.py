@@ -19,6 +19,9 @@ from keras import ops
 
 from attnlayers.validation import check_feature_size, check_rank, check_tensor, is_int, positive_int, positive_number
 
+__all__ = ["ALiBi", "PositionEmbedding", "RelativePositionBias", "RotaryEmbedding", "SinusoidalPositionEncoding",
+           "alibi_slopes", "relative_position_bucket"]
+
 _SEQUENCE = "(batch, length, dim)"
 
 
@@ -292,6 +295,15 @@ def relative_position_bucket(relative_position, bidirectional=True, num_buckets=
     before the query, half for keys after. Causal: every bucket for keys at or before the query (later keys
     share bucket 0). In each half, the first ``n/2`` distances get a bucket each; larger distances share
     logarithmically wider buckets up to ``max_distance``, beyond which all share the last bucket.
+
+    Args:
+        relative_position: integer tensor of key position - query position, any shape.
+        bidirectional: whether keys after the query get buckets of their own.
+        num_buckets: the number of buckets n.
+        max_distance: the distance from which every position shares the last bucket.
+
+    Returns:
+        An integer tensor of bucket ids in [0, n), the shape of ``relative_position``.
     """
     n = -relative_position
     offset = 0
@@ -401,6 +413,13 @@ def alibi_slopes(num_heads, max_bias=8):
     For N a power of two: the geometric sequence starting at ``2^(-max_bias/N)`` with that ratio (N = 8:
     1/2, 1/4, ..., 1/256). Otherwise the slopes of the closest smaller power of two 2^k, then every other
     slope of 2^(k+1) heads.
+
+    Args:
+        num_heads: N.
+        max_bias: the exponent of the first slope's denominator for N = 8 (the paper's 8).
+
+    Returns:
+        A list of N floats, one slope per head.
     """
 
     def power_of_two(n):

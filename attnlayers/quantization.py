@@ -18,6 +18,9 @@ from keras import ops
 from attnlayers.layer_walk import nested_layers
 
 
+__all__ = ["check_not_quantized", "float_rows", "quantized_layers"]
+
+
 def quantized_layers(model):
     """``[(layer path, mode)]`` of the layers of ``model`` (itself included) that ``quantize`` converted."""
     layers = [model, *nested_layers(model)]

@@ -46,6 +46,8 @@ from attnlayers.hard import HardAttention
 from attnlayers.scheduled_sampling import Feedback
 from attnlayers.validation import check_feature_size, check_rank, check_tensor, format_shape, positive_int, same_size
 
+__all__ = ["AttentionRNNDecoder", "BahdanauDecoder", "LuongDecoder"]
+
 _CELLS = {
     "gru": keras.layers.GRUCell,
     "lstm": keras.layers.LSTMCell,

@@ -22,6 +22,8 @@ from keras import ops
 from attnlayers.positional import _PositionBias
 from attnlayers.validation import check_rank, format_shape, positive_int, same_size
 
+__all__ = ["TransformerXLRelativeBias", "relative_sinusoid"]
+
 _HEADS = "(batch, {}_length, num_heads, head_dim)"
 
 

@@ -27,6 +27,9 @@ from keras import backend, ops
 
 from attnlayers import chunked, fused, masking
 
+__all__ = ["AttentionRoute", "CHUNKED_MIN_LENGTH", "Call", "FLASH_INTERPRET", "IMPLEMENTATIONS", "Problem", "ROUTES",
+           "Route", "attend", "choose", "flash_kernel", "loadable_implementation", "refusal", "resolve_implementation"]
+
 #: The values of ``MultiHeadAttention(implementation=...)``.
 IMPLEMENTATIONS = ("auto", "exact", "chunked", "fused", "flash")
 
@@ -36,7 +39,7 @@ FLASH_INTERPRET = "ATTNLAYERS_FLASH_INTERPRET"
 
 # "auto" takes the chunked route when the query length T is at least CHUNKED_MIN_LENGTH (T and S static), where the
 # exact route's (B, N, T, S) logits and weights (4 N T S bytes per live copy) outgrow the chunked route's
-# O(T x block); below it the exact route is the faster one (benchmarks/README.md, "Long sequences").
+# O(T x block); below it the exact route is the faster one (docs/results/attention-speed.md, "Long sequences").
 CHUNKED_MIN_LENGTH = 4096
 
 #: The fallback warnings already given: each is given once per process (see :func:`_fall_back`).
@@ -275,7 +278,7 @@ def _always(call):
 
 def _not_yet(call):
     """"auto" does not take the flash route yet: its kernels have passed in Pallas' interpreter and lower to
-    Triton, but have not run on a GPU (benchmarks/README.md, "A flash-attention kernel that keeps dropout"); name
+    Triton, but have not run on a GPU (docs/results/training.md, "Attention dropout inside a kernel"); name
     it (``implementation="flash"``) to use it."""
     return False
 

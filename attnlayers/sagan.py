@@ -17,6 +17,8 @@ from keras import ops
 
 from attnlayers.validation import check_feature_size, check_rank, check_tensor, format_shape, positive_int
 
+__all__ = ["SelfAttention2D"]
+
 _INPUTS_LAYOUT = "(batch, height, width, channels)"
 
 

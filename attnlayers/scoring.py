@@ -18,6 +18,9 @@ from keras import ops
 
 from attnlayers.validation import check_rank, positive_int, positive_number
 
+__all__ = ["AdditiveScore", "CosineScore", "DotScore", "GeneralScore", "LocationScore", "MLPScore", "ScaledDotScore",
+           "Score", "available_scores", "dense_last_axis", "get_score", "register_score", "serialize_score"]
+
 _SCORES = {}
 
 
@@ -27,6 +30,13 @@ def register_score(name, factory=None):
     Usable as ``register_score("mine", MyScore)`` or as a class decorator ``@register_score("mine")``.
     The factory is called with no arguments. For ``.keras`` files, also register the class with
     ``keras.saving.register_keras_serializable``.
+
+    Args:
+        name: the score's name.
+        factory: a callable returning a :class:`Score` (a class); None makes this a decorator.
+
+    Returns:
+        ``factory``, or the decorator when ``factory`` is None.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"`name` must be a non-empty string; received {name!r}.")
@@ -47,7 +57,18 @@ def available_scores():
 
 def get_score(identifier, **kwargs):
     """Resolves a score: a registered name (with optional constructor kwargs), a ``Score`` instance, or a
-    serialized config dict."""
+    serialized config dict.
+
+    Args:
+        identifier: a name of :func:`available_scores`, a :class:`Score` or a config dict.
+        **kwargs: the constructor's arguments, with a name.
+
+    Returns:
+        A :class:`Score` layer.
+
+    Raises:
+        ValueError: an unknown name or another type.
+    """
     if isinstance(identifier, Score):
         return identifier
     if isinstance(identifier, str):
@@ -76,6 +97,9 @@ class Score(keras.layers.Layer):
 
     Subclasses implement ``score(query, keys)`` and, when part of the work depends on the keys alone,
     ``prepare_keys(key)``.
+
+    Args:
+        **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Call arguments:
         query: (B, T, Dq).
@@ -146,6 +170,9 @@ class DotScore(Score):
     """``score(q, k) = q . k`` (Luong et al. 2015, eq. 8 "dot").
 
     Call arguments and Returns as :class:`Score`: query (B, T, Dq), key (B, S, Dk) -> logits (B, T, S).
+
+    Args:
+        **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
     """
 
     def build(self, query_shape, key_shape):
@@ -191,7 +218,7 @@ class GeneralScore(Score):
     ``prepare_keys`` computes ``W_a k`` once, so a decoder step costs one (T x S) matmul.
 
     Under Adam the unscaled score can saturate early in training; ``scaled_general`` divides by sqrt(Dk)
-    (measurements in benchmarks/README.md).
+    (measurements in docs/results/nmt.md).
 
     Args:
         kernel_initializer: initializer of W_a, shape (Dq, Dk).

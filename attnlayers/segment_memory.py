@@ -16,6 +16,9 @@ from attnlayers.masking import check_mask, key_padding_mask
 from attnlayers.validation import check_rank, format_shape, non_negative_int, same_size
 
 
+__all__ = ["prepend_memory", "update_memory"]
+
+
 def update_memory(memory, x, memory_length):
     """The memory of the next segment: the last ``memory_length`` steps of ``[memory; x]``, stop-gradient
     (SG(m_tau) of section 3.2).

@@ -20,6 +20,9 @@ import re
 import sys
 import tempfile
 
+__all__ = ["ENVIRONMENT_VARIABLE", "NOISE", "filtered_stderr", "is_noise", "load_backend", "quiet_requested",
+           "run_first_graph"]
+
 ENVIRONMENT_VARIABLE = "ATTNLAYERS_QUIET_STARTUP"
 
 #: The start-up lines dropped: each pattern is searched in one line.

@@ -48,7 +48,15 @@ def step_counter(layer, name="iterations"):
 def count_step(counter, training):
     """i, the count of ``counter`` (a :func:`step_counter`) for this call as a float32 scalar tensor; in training
     the count then becomes i + 1 (once per training call of the layer: call it once per training step). Outside
-    training (evaluation, ``predict``) the count stays."""
+    training (evaluation, ``predict``) the count stays.
+
+    Args:
+        counter: the variable :func:`step_counter` made.
+        training: the layer's ``training`` flag.
+
+    Returns:
+        i, a float32 scalar tensor.
+    """
     i = ops.copy(counter.value)  # read now: a TensorFlow variable is otherwise read where it is used, after the assign
     if training:
         counter.assign(i + 1.0)

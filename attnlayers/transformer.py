@@ -87,7 +87,9 @@ class TransformerEncoder(_Stack):
 
     Args:
         num_layers: N (6 in the paper's base model).
-        num_heads, intermediate_dim, and any other :class:`TransformerEncoderBlock` argument.
+        num_heads: as :class:`TransformerEncoderBlock`.
+        intermediate_dim: as :class:`TransformerEncoderBlock`.
+        **block_kwargs: any other :class:`TransformerEncoderBlock` argument.
 
     Call arguments:
         inputs: (B, T, d_model). padding_mask: (B, T). attention_mask: (B, T, T).
@@ -140,7 +142,10 @@ class TransformerDecoder(_Stack):
     """A stack of ``num_layers`` :class:`TransformerDecoderBlock` (no weight sharing), with per-layer caches.
 
     Args:
-        num_layers: N. num_heads, intermediate_dim, and any other :class:`TransformerDecoderBlock` argument.
+        num_layers: N.
+        num_heads: as :class:`TransformerDecoderBlock`.
+        intermediate_dim: as :class:`TransformerDecoderBlock`.
+        **block_kwargs: any other :class:`TransformerDecoderBlock` argument.
 
     Call arguments:
         decoder_sequence: (B, T, d_model). encoder_sequence: (B, S, d_model) or None (decoder-only).

@@ -30,6 +30,8 @@ from attnlayers.validation import (
     rate_in_unit_interval,
 )
 
+__all__ = ["DecoderBlockOutputs", "TransformerDecoderBlock", "TransformerEncoderBlock"]
+
 _NORMALIZATIONS = ("layer", "rms")
 _SEQUENCE = "(batch, length, d_model)"
 
@@ -240,6 +242,12 @@ class DecoderBlockOutputs(
 
     ``DecoderBlockOutputs.unpack(block(...), has_self_cache, has_cross, return_attention_scores)`` reads the
     block's return structure; ``pack()`` builds it.
+
+    Attributes:
+        outputs: (B, T, d_model).
+        self_attention_cache: the updated self-attention cache, or None.
+        cross_attention_cache: the cross-attention cache, or None.
+        attention_scores: the scores dict, or None.
     """
 
     __slots__ = ()
@@ -359,7 +367,9 @@ class TransformerDecoderBlock(_TracedOutputSpec, _Block):
     at a cost that grows with the position; see :mod:`attnlayers.kv_cache`).
 
     Args:
-        As :class:`TransformerEncoderBlock`.
+        num_heads, intermediate_dim, dropout, activation, layer_norm_epsilon, normalize_first, key_dim,
+            kernel_initializer, bias_initializer, attention_kwargs, normalization, use_bias, implementation,
+            **kwargs: as :class:`TransformerEncoderBlock`.
 
     Call arguments:
         decoder_sequence: (B, T, d_model).

@@ -17,6 +17,8 @@ import keras
 from attnlayers.multi_head import MultiHeadAttention
 from attnlayers.validation import check_rank, check_tensor, format_shape, same_size
 
+__all__ = ["TwoStreamAttention"]
+
 _SEQUENCE = "(batch, length, dim)"
 
 

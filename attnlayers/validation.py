@@ -15,6 +15,11 @@ import numpy as np
 from keras import ops
 
 
+__all__ = ["check_divisible", "check_feature_size", "check_rank", "check_tensor", "concrete_value", "format_shape",
+           "is_int", "is_number", "is_symbolic", "non_negative_int", "non_negative_number", "one_of", "positive_int",
+           "positive_number", "rate_in_unit_interval", "reject_arguments", "same_size", "string_list"]
+
+
 def is_int(value):
     """True for a Python / NumPy integer that is not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)

@@ -27,6 +27,8 @@ import numpy as np
 from ._pictures import image_to_rgb, weights_to_numpy
 from .viewer import AttentionViewer, read_attention_viewer, write_attention_viewer  # noqa: F401
 
+__all__ = ["plot_attention", "plot_attention_heads", "plot_image_attention", "upsample_attention"]
+
 _INSTALL_HINT = (
     "attnlayers.visualize needs matplotlib, an optional dependency: "
     'pip install "attnlayers[examples]"'

@@ -4,7 +4,7 @@ teacher-forced attention map upsampled over the image on one colour scale for al
 Pointing Game's point) as a cross and the box of the object the word names (white) when it names one.
 
     python benchmarks/captioning_maps.py --index 3 soft-current-hybrid_seed0_15min \
-        soft-current-fade1000-hybrid_seed0_15min --out benchmarks/figures/captioning_fade.png
+        soft-current-fade1000-hybrid_seed0_15min --out docs/results/figures/captioning_fade.png
 
 A model is named by its results file in benchmarks/results/captioning (NAME.json and NAME.weights.h5): the JSON's
 record rebuilds the model, so the data and seed are the run's.

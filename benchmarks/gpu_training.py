@@ -37,7 +37,7 @@ Training is measured two ways, on random tokens, with ``jit_compile=True`` and t
 The sides run one after the other (keras-hub first); the first is freed before the second is built. With
 --isolate each side of a training part runs in a fresh process of this script instead: on an H100 the model compiled
 second in one process got float32 (TF32) cuBLAS GEMMs for its projections and ran 1.6-1.8x slower than in a process
-of its own (benchmarks/README.md), so GPU comparisons use --isolate. Each row
+of its own (docs/results/training.md), so GPU comparisons use --isolate. Each row
 reports, per side: the step time (ms; for generation, a whole generate call); tokens/s (B x T / step time; for
 generation, the B x new generated tokens / call time); MFU = (6 N + 12 L d T) x tokens/s / peak FLOP/s, N being
 ours' weight count on both sides (so the MFU ratio is the throughput ratio), the peak 989e12 (H100 / H200, bf16
@@ -576,7 +576,7 @@ def parse_args(argv=None):
                              "(runs.causal_lm_loss(C)); default: the loss from the logits")
     parser.add_argument("--json", default=None, metavar="PATH", help="write every row (and the settings) here")
     parser.add_argument("--markdown", action="store_true",
-                        help="print the table for benchmarks/README.md with a line saying what ran")
+                        help="print the table for docs/results/training.md with a line saying what ran")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))

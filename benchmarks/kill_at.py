@@ -8,7 +8,7 @@ backup is committed), ``writing:N`` (during the N-th backup's write: its weights
 pointer is not) or ``validation:N`` (at the N-th validation batch). The points are found through
 ``core.BackupAndRestore``, which every example trains with. WEIGHTS: a folder; after each ``fit`` (once every other
 callback's ``on_train_end`` ran, e.g. the best weights restored) the model's weights go to ``fit-{k}.npz`` there.
-TensorFlow's ops are made deterministic (the condition of a bit-exact resume, docs/training-at-scale.md). With
+TensorFlow's ops are made deterministic (the condition of a bit-exact resume, docs/guides/training-at-scale.md). With
 ``KILL_AT_PRELUDE=FILE`` in the environment, FILE is run first (e.g. to stand a small corpus in for one that is not
 installed).
 """

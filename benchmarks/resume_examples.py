@@ -1,6 +1,7 @@
 """Kill anywhere, lose nothing: every example script at a tiny size, SIGKILLed at each kill point and run again
 with the same command, against its uninterrupted run: the largest difference of the final weights (0.0 is the
-claim: docs/training-at-scale.md, "Kill anywhere") and whether the results files agree (every number but timings).
+claim: docs/guides/training-at-scale.md, "Kill anywhere") and whether the results files agree (every number but
+timings).
 
     python benchmarks/resume_examples.py                          # every script, every kill point -> a table
     python benchmarks/resume_examples.py --scripts gpt,vit --json resume.json

@@ -32,8 +32,9 @@ import numpy as np  # noqa: E402
 from attnlayers.viewer import AttentionViewer  # noqa: E402
 
 
-def chromium(width=1280, height=900):
-    """A headless Chromium driven by chromium-driver (selenium); no host name resolves."""
+def chromium(width=1280, height=900, local_server=False):
+    """A headless Chromium driven by chromium-driver (selenium); no host name resolves (but 127.0.0.1 with
+    ``local_server``: a site served on this machine)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -44,8 +45,9 @@ def chromium(width=1280, height=900):
         sys.exit("needs Chromium and its driver: apt-get install chromium chromium-driver")
     options = Options()
     options.binary_location = binary
+    rules = "MAP * ~NOTFOUND" + (", EXCLUDE 127.0.0.1" if local_server else "")
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     f"--window-size={width},{height}", "--host-resolver-rules=MAP * ~NOTFOUND", "--no-first-run"):
+                     f"--window-size={width},{height}", f"--host-resolver-rules={rules}", "--no-first-run"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(driver))

@@ -9,7 +9,7 @@ Models: soft / hard attention (Show, Attend and Tell; hard attention trained wit
 with the paper's REINFORCE with --estimator reinforce), "none" (the same encoder and LSTM without attention) and
 "transformer" (the same encoder under the library's Transformer decoder). Data:
 "scenes" (generated images of shapes with known object boxes; nothing to install), "scenes:NUM_TRAIN",
-"flickr8k:DIR" or "coco:DIR" (see docs/captioning-data.md).
+"flickr8k:DIR" or "coco:DIR" (see docs/guides/captioning-data.md).
 
 At the end the script restores the epoch of lowest validation loss, prints BLEU-1..4, CIDEr, exact match and
 (on scenes, for models with attention) the share of object words whose attention peak lies inside the

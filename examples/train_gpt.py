@@ -15,7 +15,7 @@ stream, <|endoftext|> between them, cut into windows of --sequence-length + 1 to
 
 The model is a GPT of a named size (--config, default tiny: 2 layers, d 128, ~0.9M weights with a 4,096-token
 vocabulary; on 2 CPU cores a training step of 16 x 128 tokens takes ~0.1-0.15 s, and a 10-minute run with its
-held-out evaluation and backups made ~1,400 steps, 3 passes over the KJV: benchmarks/README.md), GPT-2's initialization (the residual projections scaled by 1 / sqrt(2 n_layer)), trained with AdamW
+held-out evaluation and backups made ~1,400 steps, 3 passes over the KJV: docs/results/gpt.md), GPT-2's initialization (the residual projections scaled by 1 / sqrt(2 n_layer)), trained with AdamW
 (betas 0.9 / 0.95, weight decay on weight matrices only, gradients clipped to global norm 1) whose learning rate
 warms up over the first --warmup share of the run and decays with a cosine to zero at its end (the --minutes
 budget, else the last epoch). Each epoch ends with the held-out perplexity, and the weights of the epoch where it was

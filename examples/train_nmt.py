@@ -9,7 +9,7 @@ pairs of the Debian package trans-de-en: apt-get install trans-de-en), or "tsv:P
 `source<TAB>target` lines). The data is split once with a fixed seed (the test set is never seen in training
 or when the SentencePiece vocabulary is learned).
 
-Each model trains with its best measured recipe unless --variant names another (benchmarks/README.md has the
+Each model trains with its best measured recipe unless --variant names another (docs/results/nmt.md has the
 measurements): --model transformer is the pre-LN 2+2-layer Transformer whose learning rate warms up and
 decays to zero over the run's budget (--minutes, else --epochs) ("budgeted", the best model on
 German-English); the RNN models use "base".

@@ -1,14 +1,16 @@
-"""What README.md, docs/*.md and benchmarks/README.md claim can be traced to the repository.
+"""What README.md, the documentation's pages (docs/**/*.md) and benchmarks/README.md claim can be traced to the
+repository.
 
 - Every path to a repository file they name (``benchmarks/x.py``, ``examples/x.py``, ``tests/...``, ``docs/...``,
   ``applications/...``, ``attnlayers/...``) exists, and in benchmarks/README.md every script named bare
-  (```bench_long.py```) exists in benchmarks/ or examples/.
+  (```bench_long.py```) exists in benchmarks/ or examples/, and so in the results pages (docs/results/*.md).
 - Every markdown link to a local file resolves, and so does its ``#anchor`` (GitHub's heading slugs).
-- Every paragraph, list or table (with its caption, the paragraph before it) of README.md and docs/*.md that states a
-  measured number (MEASURED below: a time, a size, a percentage, a ratio, a speed, a count out of a count, a
+- Every paragraph, list or table (with its caption, the paragraph before it) of README.md and docs/**/*.md that states
+  a measured number (MEASURED below: a time, a size, a percentage, a ratio, a speed, a count out of a count, a
   difference such as 2e-6, or a quality figure: BLEU, accuracy, perplexity, ...) names what reproduces it (REFERENCE:
-  a benchmarks/ script, a benchmarks/README.md section by its anchor, whose commands reproduce it, a test, or in a
-  data card its own "Reproducing the counts" snippet). A bare "benchmarks/README.md" or a docs page does not count.
+  a benchmarks/ script, a benchmarks/README.md section or a results page's (docs/results/) by its anchor, whose
+  commands reproduce it, a test, or in a data card its own "Reproducing the counts" snippet). A bare
+  "benchmarks/README.md" or a docs page does not count.
   Fenced code blocks are commands, not claims; a paragraph right after a fenced block that runs an ``examples/``
   script describes that script's own output, and that block is its reference. Numbers that are not measurements
   (configuration values, arithmetic) are allowed one by one in NOT_MEASURED.
@@ -26,12 +28,17 @@ import unicodedata
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CLAIM_FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
-LINK_FILES = [*CLAIM_FILES, "benchmarks/README.md"]
+# The results pages (docs/results/), like benchmarks/README.md, are references themselves: each section gives the
+# command of its table. Their paths, bare script names and links are checked.
+RESULTS_FILES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "results").glob("*.md"))
+CLAIM_FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
+                                    if not str(p.relative_to(ROOT)).startswith("docs/results/"))]
+LINK_FILES = [*CLAIM_FILES, *RESULTS_FILES, "benchmarks/README.md"]
 
 # A path into the repository: one of its top-level folders, then path characters (a trailing "." or "," is prose).
 REPO_PATH = re.compile(r"(?<![\w./-])(--[\w-]+[ =])?(?:\.\./)?((?:benchmarks|examples|tests|docs|applications|attnlayers)/[\w./-]*)")
 BARE_SCRIPT = re.compile(r"`(\w+\.py)\b")
+LINK_TARGET = re.compile(r"\]\([^)\s]+\)")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*```")
 
@@ -51,16 +58,19 @@ MEASURED = re.compile(
     ]),
     re.DOTALL,
 )
-# What reproduces a number: a benchmark script, a section of benchmarks/README.md (its commands), a test, or in a data
-# card the link to its own "Reproducing the counts" snippet (the link is checked to resolve).
-REFERENCE = re.compile(r"benchmarks/\w+\.py|benchmarks/README\.md#[\w-]+|tests/[\w/]+\.py|\]\(#reproduc[\w-]*\)")
+# What reproduces a number: a benchmark script, a section of benchmarks/README.md or of a results page (docs/results/:
+# its commands), a test, or in a data card the link to its own "Reproducing the counts" snippet (links are checked to
+# resolve).
+REFERENCE = re.compile(r"benchmarks/\w+\.py|benchmarks/README\.md#[\w-]+|results/[\w-]+\.md#[\w-]+|tests/[\w/]+\.py"
+                       r"|\]\(#reproduc[\w-]*\)")
 
 # Numbers that match MEASURED without being measurements: (file, the text that holds them, why). Keep it short.
 NOT_MEASURED = [
-    ("README.md", "masked-LM masking (15%, 80/10/10", "BERT's masking recipe, a configuration"),
-    ("README.md", "(70 / 10 / 20 percent split by seed)", "the digits split, a configuration"),
-    ("README.md", "Float masks are rejected (0/-inf vs 1/0", "mask conventions, no measurement"),
-    ("docs/captioning-data.md", "8,000 x 64 x 64 x 3 bytes, 98 MB", "arithmetic"),
+    ("docs/guides/bert.md", "masked-LM masking (15%, 80/10/10", "BERT's masking recipe, a configuration"),
+    ("docs/guides/vision.md", "(70 / 10 / 20 percent split by seed)", "the digits split, a configuration"),
+    ("docs/guides/masks-and-conventions.md", "Float masks are rejected (0/-inf vs 1/0",
+     "mask conventions, no measurement"),
+    ("docs/guides/captioning-data.md", "8,000 x 64 x 64 x 3 bytes, 98 MB", "arithmetic"),
 ]
 
 
@@ -71,6 +81,7 @@ def _existing(path):
 def missing_paths(text, name):
     """The repository paths that `text` (the file `name`) names and that do not exist."""
     missing = []
+    text = LINK_TARGET.sub("]", text)  # a link's target is relative to the file: broken_links checks it
     for match in REPO_PATH.finditer(text):
         flag, path = match.group(1), match.group(2).rstrip(".,:;")
         if flag or path.startswith("benchmarks/results/"):  # what a command writes (--plot PATH, results/)
@@ -79,7 +90,7 @@ def missing_paths(text, name):
             path = path.split("...")[0]
         if path and not _existing(path):
             missing.append(path)
-    if name == "benchmarks/README.md":
+    if name == "benchmarks/README.md" or name.startswith("docs/results/"):
         for script in BARE_SCRIPT.findall(text):
             if not any((ROOT / folder / script).exists() for folder in ("benchmarks", "examples")):
                 missing.append(script)
@@ -210,9 +221,12 @@ def test_the_checks_catch_what_they_are_for():
     assert missing_paths("see `benchmarks/no_such_script.py`.", "README.md") == ["benchmarks/no_such_script.py"]
     assert slug("GPU (H100, `--size full`, mixed_bfloat16 training)") == "gpu-h100---size-full-mixed_bfloat16-training"
     assert broken_links("[x](benchmarks/README.md#no-such-section)", "README.md") == ["benchmarks/README.md#no-such-section"]
-    assert broken_links("[x](benchmarks/README.md#long-sequences-bench_longpy)", "README.md") == []
+    assert broken_links("[x](docs/results/attention-speed.md#long-sequences-bench_longpy)", "README.md") == []
+    assert broken_links("[x](../results/nmt.md#nmt-quality)", "docs/guides/nmt.md") == []  # relative to the file
+    assert missing_paths("[core](applications/core.md)", "docs/reference/index.md") == []  # relative to its file
     assert unreferenced_measurements("It takes 79 ms a step.\n", "README.md")
     assert not unreferenced_measurements("It takes 79 ms a step (`benchmarks/gpu_training.py`).\n", "README.md")
+    assert not unreferenced_measurements("It takes 79 ms a step ([x](../results/training.md#gpu)).\n", "docs/guides/a.md")
     table = "Caption (`benchmarks/nmt_quality.py`):\n\n| model | BLEU |\n|---|---|\n| a | 5.13 |\n"
     assert not unreferenced_measurements(table, "README.md")
     assert unreferenced_measurements(table.replace("(`benchmarks/nmt_quality.py`)", ""), "README.md")

@@ -18,8 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax (the jax extra)")
 def test_the_script_trains_under_jax_data_parallel_in_bfloat16(tmp_path):
-    """What a GPU run under JAX does (docs/training-at-scale.md), on 2 host devices: keras.distribution.DataParallel
-    set before the model is built, each batch of 40 windows split over them, XLA-compiled steps in mixed_bfloat16,
+    """What a GPU run under JAX does (docs/guides/training-at-scale.md), on 2 host devices:
+    keras.distribution.DataParallel set before the model is built, each batch of 40 windows split over them,
+    XLA-compiled steps in mixed_bfloat16,
     2 steps (the 94 training windows in whole batches: static shapes), then the held-out evaluation (padded to whole
     batches: every held-out token counted) and the Hugging Face checkpoint."""
     corpus, out = write_documents(tmp_path / "corpus.txt"), tmp_path / "run"

@@ -14,8 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # script -> (the arguments it needs, its default epochs)
 SCRIPTS = {"train_gpt": ([], 10), "pretrain_bert": ([], 10), "finetune_bert": (["--task", "pos"], 3),
-           "train_nmt": ([], 10), "train_captioning": ([], 30), "train_vit": ([], 100)}
-OPTIMIZER_SCRIPTS = ("train_gpt", "pretrain_bert", "finetune_bert", "train_vit")  # core.optimizers' flags
+           "train_nmt": ([], 10), "train_captioning": ([], 30), "train_vit": ([], 100), "pretrain_xlnet": ([], 10)}
+# the scripts with core.optimizers' flags
+OPTIMIZER_SCRIPTS = ("train_gpt", "pretrain_bert", "finetune_bert", "train_vit", "pretrain_xlnet")
 
 
 def _script(name):

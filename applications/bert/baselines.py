@@ -10,6 +10,9 @@ import re
 
 import numpy as np
 
+__all__ = ["LogisticRegression", "classification_scores", "logistic_regression_baseline", "most_frequent_tag_baseline",
+           "pair_features", "task_baseline", "text_features", "words"]
+
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 

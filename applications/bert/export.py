@@ -38,6 +38,8 @@ from .backbone import BertBackbone
 from .heads import BertClassifier, BertTokenClassifier
 from .pretraining_data import is_truncated, pack
 
+__all__ = ["TASKS", "export_text_model"]
+
 # task -> the serving function's name (the signatures: NAME, NAME_pair, serving_default = NAME).
 TASKS = {"classifier": "classify", "tagger": "tag", "embedding": "embed"}
 

@@ -37,6 +37,9 @@ from ..core.training.optimizers import decoupled_adamw, no_weight_decay
 from ..core.training.schedules import WarmupLinearDecay
 from .backbone import build_on_zeros
 
+__all__ = ["BACKBONE_INPUTS", "BertMaskedLMHead", "BertPretrainer", "BertTask", "NO_WEIGHT_DECAY", "PACKAGE",
+           "PRETRAINING_INPUTS", "bert_optimizer"]
+
 PACKAGE = "attnlayers.bert"
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 PRETRAINING_INPUTS = BACKBONE_INPUTS + ("mask_positions",)

@@ -57,7 +57,12 @@ from attnlayers.validation import is_int, positive_int, rate_in_unit_interval
 
 from ..core.inputs import data_order
 
-IS_NEXT, NOT_NEXT = 0, 1  # next sentence labels (reference implementation and Hugging Face)
+__all__ = ["IS_NEXT", "MaskedLMMasker", "NOT_NEXT", "SentencePair", "is_truncated", "next_sentence_pairs", "pack",
+           "pretraining_dataset", "tokenize_documents"]
+
+# Next sentence labels (reference implementation and Hugging Face).
+IS_NEXT = 0
+NOT_NEXT = 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,7 +152,11 @@ def _segments(segments_a, segments_b):
 
 def is_truncated(segments_a, segments_b=None, *, sequence_length: int):
     """Which inputs `pack` would cut: bool (B,) (a scalar for one example); count them with
-    `tf.reduce_sum(tf.cast(..., tf.int32))`. Arguments as for `pack`."""
+    `tf.reduce_sum(tf.cast(..., tf.int32))`. Arguments as for `pack`.
+
+    Args:
+        segments_a, segments_b, sequence_length: as for `pack`.
+    """
     segments, single = _segments(segments_a, segments_b)
     sequence_length = _check_sequence_length(sequence_length, len(segments) == 2)
     lengths = tf.add_n([s.row_lengths() for s in segments])

@@ -1,8 +1,11 @@
 """Layout maps for ``keras.distribution.ModelParallel`` (JAX backend) of a
 :class:`~.backbone.BertBackbone` and the models around it (pretrainer, classifiers, span QA): which weight is split
-along which axis over the mesh's "model" axis (docs/model-parallelism.md)."""
+along which axis over the mesh's "model" axis (docs/guides/model-parallelism.md)."""
 
 from ..core.runs.model_parallel import block_rules, check_style, make_layout_map
+
+
+__all__ = ["layout_map"]
 
 
 def layout_map(mesh, style="tensor", config=None):

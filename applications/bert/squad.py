@@ -21,6 +21,9 @@ import os
 import numpy as np
 
 
+__all__ = ["SquadAnswer", "SquadExample", "char_span_to_token_span", "parse_squad", "read_squad", "token_span_to_text"]
+
+
 @dataclasses.dataclass(frozen=True)
 class SquadAnswer:
     """One answer: its ``text`` and the index of its first character in the context; ``answer_end`` is the index

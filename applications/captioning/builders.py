@@ -10,6 +10,8 @@ from attnlayers.validation import one_of
 
 from .model import ShowAndTell, ShowAttendTell, TransformerCaptioner
 
+__all__ = ["DEFAULT_DOUBLY_STOCHASTIC_STEPS", "DEFAULT_ESTIMATOR", "DEFAULT_QUERY", "MODELS", "build_captioner"]
+
 MODELS = ("soft", "hard", "none", "transformer")
 
 

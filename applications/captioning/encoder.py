@@ -20,6 +20,9 @@ from keras import ops
 from attnlayers import PatchEmbedding, PositionEmbedding, SelfAttention2D, TransformerEncoder
 from attnlayers.validation import positive_int
 
+__all__ = ["BACKBONES", "HYBRID_ENCODER", "HYBRID_FILTERS", "ImageEncoder", "PACKAGE", "SMALL_FILTERS", "VIT_ENCODER",
+           "check_images", "check_pixel_values"]
+
 PACKAGE = "attnlayers.captioning"
 
 # keras.applications backbones this encoder knows how to preprocess: class name -> module of preprocess_input.

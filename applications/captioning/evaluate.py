@@ -20,6 +20,9 @@ from attnlayers.visualize import upsample_attention
 
 from .data.vocabulary import normalize_caption
 
+__all__ = ["POINTING_GAME_IMAGE_SIZE", "POINTING_GAME_TOLERANCE", "attention_localization", "caption_metrics",
+           "exact_match", "normalized_text", "pointing_game_tolerance"]
+
 _INSTALL_HINT = (
     "caption_metrics needs pycocoevalcap (the COCO caption evaluation code), an optional dependency: "
     'pip install "attnlayers[examples]" (or pip install pycocoevalcap)'

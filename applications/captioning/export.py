@@ -37,6 +37,9 @@ from attnlayers.export import assert_rank
 from ..core.formats.export import export_generator
 
 
+__all__ = ["export_captioner", "to_model_images"]
+
+
 class _Captioner(tf.Module):
     def __init__(self, generator, words):
         super().__init__(name="attnlayers_captioner")

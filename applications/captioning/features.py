@@ -28,6 +28,9 @@ from .data.pipeline import image_batches
 from .encoder import ImageEncoder
 
 
+__all__ = ["cache_features", "fingerprint"]
+
+
 def fingerprint(encoder: ImageEncoder, caption_set: CaptionSet) -> str:
     """A hex digest of the backbone's weights, name and image size and of the images."""
     digest = hashlib.sha1()

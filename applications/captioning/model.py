@@ -40,11 +40,19 @@ from ..core.training.losses import MaskedCrossEntropy
 from ..core.training.metrics import MaskedAccuracy
 from .encoder import PACKAGE, ImageEncoder, check_pixel_values
 
+__all__ = ["ATTENTIONS", "ShowAndTell", "ShowAttendTell", "ShowAttendTellDecoder", "TransformerCaptioner", "next_tokens"]
+
 ATTENTIONS = ("soft", "hard")
 
 
 def next_tokens(caption_in, pad_token_id, end_token_id):
-    """The teacher-forcing targets of ``caption_in`` = [start] + words: words + [end], padded (B, T) int32."""
+    """The teacher-forcing targets of ``caption_in`` = [start] + words: words + [end], padded (B, T) int32.
+
+    Args:
+        caption_in: (B, T) int token ids, [start] + words, padded.
+        pad_token_id: the padding id.
+        end_token_id: the [end] id.
+    """
     caption_in = ops.cast(caption_in, "int32")
     following = ops.concatenate([caption_in[:, 1:], ops.full_like(caption_in[:, :1], pad_token_id)], axis=1)
     last = ops.logical_and(ops.not_equal(caption_in, pad_token_id), ops.equal(following, pad_token_id))
@@ -276,9 +284,10 @@ class ShowAttendTell(_Captioner):
             background's too; early it makes the maps visit the cells, later it rewards flat maps.
         entropy_weight, baseline_decay: (REINFORCE) lambda_e of eq. 13 and the decay of the baseline.
         selector, expected_context_rate, query: see :class:`ShowAttendTellDecoder`.
-        image_size, backbone, filters, backbone_weights, fine_tune, position_embedding: the
-            :class:`ImageEncoder`'s (``backbone_weights`` is its ``weights``).
-        embedding_dim, units, dropout: E, the LSTM's size, dropout on h_t and the deep output.
+        **kwargs: the base captioner's arguments: ``image_size``, ``backbone``, ``filters``,
+            ``backbone_weights``, ``fine_tune``, ``position_embedding`` (the :class:`ImageEncoder`'s;
+            ``backbone_weights`` is its ``weights``), and ``embedding_dim``, ``units``, ``dropout`` (E, the LSTM's
+            size, dropout on h_t and the deep output).
         seed: seed of the hard attention's samples.
         scheduled_sampling: None (teacher forcing), or scheduled sampling in training (Bengio et al. 2015): an
             ``attnlayers.ScheduledSampler`` or a schedule spec such as ``"inverse_sigmoid:1000"``. The LSTM then
@@ -396,7 +405,9 @@ class ShowAndTell(_Captioner):
     abar = mean_i a_i initialises the LSTM and is fed at every step, ``h_t = LSTM([E y_{t-1}; abar])``, and
     the output is ``[h_t; abar]`` (one vector must summarise the whole image, the setting attention improves).
 
-    Args: as :class:`ShowAttendTell`'s shared ones (vocabulary_size, encoder, embedding_dim, units, dropout).
+    Args:
+        vocabulary_size: V.
+        **kwargs: as :class:`ShowAttendTell`'s shared ones (the encoder's, embedding_dim, units, dropout).
 
     Call: ``model((images (B, S, S, 3), caption_in (B, T)))`` -> logits (B, T, V).
     """
@@ -441,8 +452,8 @@ class TransformerCaptioner(_CaptionerBase):
         vocabulary_size: V (``pad_token_id`` 0, ``start_token_id`` 1, ``end_token_id`` 2).
         num_layers, d_model, num_heads, intermediate_dim, dropout: the decoder's sizes.
         max_length: the longest caption in tokens (the position table).
-        image_size, backbone, filters, backbone_weights, fine_tune, position_embedding: the encoder's (see
-            :class:`ShowAttendTell`).
+        **kwargs: the encoder's arguments, ``image_size``, ``backbone``, ``filters``, ``backbone_weights``,
+            ``fine_tune``, ``position_embedding`` (see :class:`ShowAttendTell`).
 
     Call: ``model((images (B, S, S, 3), caption_in (B, T)))`` -> logits (B, T, V).
     """

@@ -26,6 +26,10 @@ from .data.scenes import word_kind
 from .encoder import check_pixel_values
 
 
+__all__ = ["caption_images", "evaluate_captioner", "load_images", "localization", "plot_captions",
+           "teacher_forced_attention"]
+
+
 def load_images(caption_set, image_size):
     """``caption_set`` with its image files decoded, made RGB and resized: ``images`` uint8 (N, S, S, 3)."""
     import tensorflow as tf

@@ -3,6 +3,9 @@
 import dataclasses
 
 
+__all__ = ["config_of"]
+
+
 def config_of(cls, config):
     """``config`` as a ``cls`` (a dataclass with a ``preset(name)`` classmethod): an instance, a dict of its fields, a
     preset name, or None (the defaults: the tiny size).

@@ -161,6 +161,9 @@ class Seq2SeqGenerator(GenerativeModel):
     ``initial_cache(source, max_length)``. The source is token ids (B, S) by default, padded where
     ``source_ids == pad_token_id``; a model that reads something else (images) overrides :meth:`check_source`.
     Subclasses implement ``encode``, ``initial_cache`` and ``next``.
+
+    Args:
+        pad_token_id, start_token_id, end_token_id, **kwargs: as :class:`GenerativeModel`.
     """
 
     def check_source(self, inputs):
@@ -181,7 +184,12 @@ class Seq2SeqGenerator(GenerativeModel):
 
 
 def check_token_ids(x, name):
-    """``x`` as int32 token ids of shape (batch, length); else a ValueError naming ``name``."""
+    """``x`` as int32 token ids of shape (batch, length); else a ValueError naming ``name``.
+
+    Args:
+        x: the token ids, (batch, length), of an integer dtype.
+        name: the argument's name in the error.
+    """
     x = ops.convert_to_tensor(x)
     if len(x.shape) != 2:
         raise ValueError(f"`{name}` must be int token ids of shape (batch, length); received {tuple(x.shape)}.")

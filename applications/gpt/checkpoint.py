@@ -43,6 +43,9 @@ from ..core.formats.safetensors import read_safetensors, write_safetensors
 from ..core.inputs.files import read_json, replace_atomically
 from .model import GPT, GPTConfig
 
+__all__ = ["CONFIG_FILE", "LM_HEAD", "MERGES_FILE", "PREFIX", "VOCABULARY_FILE", "WEIGHTS_FILE", "config_from_hf",
+           "config_to_hf", "load_hf_checkpoint", "save_hf_checkpoint"]
+
 CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE, MERGES_FILE = "config.json", "model.safetensors", "vocab.json", "merges.txt"
 PREFIX = "transformer."  # GPT2LMHeadModel's (and the other task models') name for the GPT2Model inside
 LM_HEAD = "lm_head.weight"

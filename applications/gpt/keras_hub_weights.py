@@ -13,6 +13,9 @@ from ..core.formats import weights
 from .model import GPT, GPTConfig
 
 
+__all__ = ["TABLE", "copy_keras_hub_weights", "from_keras_hub"]
+
+
 def _sizes(backbone):
     return dict(
         vocabulary_size=backbone.vocabulary_size, max_sequence_length=backbone.max_sequence_length,

@@ -38,6 +38,10 @@ from ..core.formats.safetensors import read_safetensors, write_safetensors
 from ..core.inputs.files import replace_atomically
 from .model import GPT, GPTConfig
 
+__all__ = ["CONFIG_FILE", "EMBEDDING", "LM_HEAD", "WEIGHTS_FILE", "hf_shape", "llama_config_from_hf",
+           "llama_config_to_hf", "load_hf_llama_checkpoint", "save_hf_llama_checkpoint", "tensor_map", "to_keras",
+           "weight_value"]
+
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 LM_HEAD, EMBEDDING = "lm_head.weight", "model.embed_tokens.weight"
 _BUFFER_SUFFIX = ".rotary_emb.inv_freq"
@@ -232,7 +236,12 @@ def load_hf_llama_checkpoint(directory, **overrides):
 def save_hf_llama_checkpoint(model, directory):
     """Writes a LLaMA-style :class:`GPT` as a Hugging Face ``LlamaForCausalLM`` checkpoint (config.json and
     model.safetensors, float32; no lm_head.weight when tied), loadable by ``LlamaForCausalLM.from_pretrained`` and
-    :func:`load_hf_llama_checkpoint`. Returns ``directory``."""
+    :func:`load_hf_llama_checkpoint`. Returns ``directory``.
+
+    Args:
+        model: a LLaMA-style :class:`GPT`.
+        directory: the folder to write (created if missing).
+    """
     if not (isinstance(model, GPT) and model.config.architecture == "llama"):
         raise ValueError(f"`model` must be a GPT with architecture='llama'; received {model!r}.")
     tensors = {

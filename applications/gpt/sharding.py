@@ -1,5 +1,5 @@
 """Layout maps for ``keras.distribution.ModelParallel`` (JAX backend) of a :class:`~.model.GPT`, both
-architectures: which weight is split along which axis over the mesh's "model" axis (docs/model-parallelism.md).
+architectures: which weight is split along which axis over the mesh's "model" axis (docs/guides/model-parallelism.md).
 
     from attnlayers.applications.core.runs import model_parallel
     mesh = model_parallel.device_mesh((2, 4))
@@ -9,6 +9,9 @@ architectures: which weight is split along which axis over the mesh's "model" ax
 
 from ..core.runs.model_parallel import block_rules, check_style, make_layout_map
 from .model import GPTConfig
+
+
+__all__ = ["layout_map"]
 
 
 def layout_map(mesh, style="tensor", config=None):

@@ -24,6 +24,10 @@ from ..core.evaluation.bleu import corpus_bleu
 from .tokenizer import END_ID, PAD_ID, START_ID
 
 
+__all__ = ["alignment", "alignment_accuracy", "encode_sources", "evaluate_bleu", "plot_alignment", "strip_special",
+           "translate", "translate_ids"]
+
+
 def encode_sources(tokenizer, texts, max_length):
     """Tokenizes ``texts`` into (B, max_length) int32 ids, truncating longer ones.
 

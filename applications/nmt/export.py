@@ -30,6 +30,9 @@ from attnlayers.export import assert_rank
 from ..core.formats.export import export_generator
 
 
+__all__ = ["export_translator"]
+
+
 class _Translator(tf.Module):
     def __init__(self, generator, tokenizers):
         super().__init__(name="attnlayers_translator")

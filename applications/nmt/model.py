@@ -44,6 +44,8 @@ from ..core.training.metrics import MaskedAccuracy
 from ..core.training.schedules import TransformerSchedule
 from .tokenizer import END_ID, PAD_ID, START_ID
 
+__all__ = ["MODELS", "RNNSeq2Seq", "TransformerTranslator", "Translator", "build_model"]
+
 MODELS = ("seq2seq", "bahdanau", "luong", "local", "transformer")
 
 # Files saved before the loss, metric and schedule moved to applications.core name them "attnlayers.nmt>...".
@@ -62,6 +64,12 @@ class Translator(Seq2SeqGenerator):
 
     The special ids default to the reserved ids of ``nmt.tokenizer`` ([PAD]=0, [START]=2, [END]=3); pass
     ``pad_token_id`` / ``start_token_id`` / ``end_token_id`` for vocabularies with other ids.
+
+    Args:
+        pad_token_id: the [PAD] id (``nmt.tokenizer.PAD_ID``, 0).
+        start_token_id: the [START] id (``START_ID``, 2).
+        end_token_id: the [END] id (``END_ID``, 3).
+        **kwargs: ``keras.Model`` arguments.
     """
 
     def __init__(self, *, pad_token_id=PAD_ID, start_token_id=START_ID, end_token_id=END_ID, **kwargs):
@@ -470,7 +478,14 @@ class TransformerTranslator(Translator):
 
 
 def build_model(name, source_vocabulary_size, target_vocabulary_size, **kwargs):
-    """One of :data:`MODELS`: "seq2seq" (no attention), "bahdanau", "luong", "local" or "transformer"."""
+    """One of :data:`MODELS`: "seq2seq" (no attention), "bahdanau", "luong", "local" or "transformer".
+
+    Args:
+        name: a name of :data:`MODELS`.
+        source_vocabulary_size: the source vocabulary's size.
+        target_vocabulary_size: the target vocabulary's size.
+        **kwargs: the model's other arguments.
+    """
     if name == "transformer":
         return TransformerTranslator(source_vocabulary_size, target_vocabulary_size, name=name, **kwargs)
     if name in MODELS:

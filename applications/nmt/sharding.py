@@ -1,8 +1,11 @@
 """Layout maps for ``keras.distribution.ModelParallel`` (JAX backend) of a
 :class:`~.model.TransformerTranslator`: which weight is split along which axis over the mesh's "model" axis
-(docs/model-parallelism.md). The recurrent translators (RNNSeq2Seq) have none."""
+(docs/guides/model-parallelism.md). The recurrent translators (RNNSeq2Seq) have none."""
 
 from ..core.runs.model_parallel import block_rules, check_style, make_layout_map
+
+
+__all__ = ["layout_map"]
 
 
 def layout_map(mesh, style="tensor", config=None):

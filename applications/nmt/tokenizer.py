@@ -35,8 +35,14 @@ from collections.abc import Iterable
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+__all__ = ["END_ID", "PAD_ID", "RESERVED_TOKENS", "START_ID", "SubwordTokenizer", "Tokenizers", "UNK_ID",
+           "build_tokenizers", "train_sentencepiece"]
+
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+PAD_ID = 0
+UNK_ID = 1
+START_ID = 2
+END_ID = 3
 
 
 def train_sentencepiece(
@@ -209,7 +215,12 @@ def _model_type(model_proto: bytes) -> str:
 
 @dataclasses.dataclass
 class Tokenizers:
-    """The source and target tokenizers of a translation task (one object when shared)."""
+    """The source and target tokenizers of a translation task (one object when shared).
+
+    Attributes:
+        source: the source sentences' `SubwordTokenizer`.
+        target: the target sentences' (the same object when shared).
+    """
 
     source: SubwordTokenizer
     target: SubwordTokenizer

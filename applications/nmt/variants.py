@@ -31,6 +31,9 @@ from ..core.training.callbacks import BestWeights, BudgetedLearningRate
 from ..core.training.schedules import TransformerSchedule
 from .model import MODELS, TransformerTranslator, build_model
 
+__all__ = ["DEFAULT_VARIANTS", "RNN_MODELS", "RNN_VARIANTS", "TRANSFORMER_VARIANTS", "Variant", "build_recipe",
+           "get_variant", "variants"]
+
 RNN_MODELS = tuple(m for m in MODELS if m != "transformer")
 
 
@@ -101,7 +104,12 @@ def variants(model_name):
 
 
 def get_variant(model_name, variant=None):
-    """The :class:`Variant` named ``variant`` of ``model_name`` (None: the model's default, its best)."""
+    """The :class:`Variant` named ``variant`` of ``model_name`` (None: the model's default, its best).
+
+    Args:
+        model_name: a name of :data:`MODELS`.
+        variant: the variant's name; None: the model's default.
+    """
     table = variants(model_name)
     name = DEFAULT_VARIANTS[model_name] if variant is None else variant
     if name not in table:

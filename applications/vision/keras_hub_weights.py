@@ -13,6 +13,9 @@ from ..core.formats import weights
 from .model import ViT, ViTConfig
 
 
+__all__ = ["TABLE", "copy_keras_hub_weights", "from_keras_hub"]
+
+
 def _sizes(backbone):
     if not backbone.use_class_token or backbone.data_format != "channels_last":
         raise ValueError("`backbone` must use a class token and channels-last images (ViT's layout); received "
@@ -62,6 +65,10 @@ def from_keras_hub(backbone, num_classes=1000, **config):
 
 def copy_keras_hub_weights(backbone, model):
     """Copies every weight of a keras-hub ``ViTBackbone`` into a :class:`ViT` of the same sizes (all but the head).
+
+    Args:
+        backbone: a keras-hub ``ViTBackbone``.
+        model: a :class:`ViT` of the same sizes.
 
     Returns:
         ``model``, whose ``encode(images)["sequence_output"]`` is then ``backbone(images)``.

@@ -1,7 +1,10 @@
 """Layout maps for ``keras.distribution.ModelParallel`` (JAX backend) of a :class:`~.model.ViT`: which weight is
-split along which axis over the mesh's "model" axis (docs/model-parallelism.md)."""
+split along which axis over the mesh's "model" axis (docs/guides/model-parallelism.md)."""
 
 from ..core.runs.model_parallel import block_rules, check_style, make_layout_map
+
+
+__all__ = ["layout_map"]
 
 
 def layout_map(mesh, style="tensor", config=None):

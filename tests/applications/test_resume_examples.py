@@ -10,7 +10,7 @@ What makes it hold: core.data_order (epoch e's batches are a pure function of (s
 (weights, optimizer, seed generators, running metrics and the best weights kept so far, every --backup-every steps;
 the batches already trained are drawn and dropped on resume) and the time budget's clock and the history in the
 backup. Under JAX the mid-epoch resume is tested in tests/applications/core/test_callbacks.py; the scripts under JAX
-(GPT, ViT) and every kill point: benchmarks/README.md, "Kill anywhere"."""
+(GPT, ViT) and every kill point: docs/results/scale-out.md, "Kill anywhere"."""
 
 import importlib.util
 import pathlib

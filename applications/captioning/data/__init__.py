@@ -9,7 +9,7 @@ into batches for `model.fit`; nothing is downloaded.
     pipeline.py     make_dataset, encode_captions, count_truncated, image_batches: tf.data batches (TensorFlow
                     imported on use)
 
-docs/captioning-data.md is the data card: the scene grammar and sizes, the readers' formats and flags.
+docs/guides/captioning-data.md is the data card: the scene grammar and sizes, the readers' formats and flags.
 """
 
 from .caption_set import CaptionSet, CaptionSplits, SceneObject

@@ -14,6 +14,8 @@ from ...core.inputs import data_order
 from .caption_set import CaptionSet
 from .vocabulary import CaptionVocabulary
 
+__all__ = ["count_truncated", "encode_captions", "image_batches", "make_dataset"]
+
 _RESIZE_CHUNK = 512  # images resized per TensorFlow call
 
 

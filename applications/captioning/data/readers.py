@@ -11,6 +11,8 @@ import os
 from ...core.inputs.files import read_lines
 from .caption_set import CaptionSet, CaptionSplits
 
+__all__ = ["FLICKR8K_IMAGE_DIRS", "FLICKR8K_SPLIT_FILES", "FLICKR8K_TOKEN_FILE", "read_coco", "read_flickr8k"]
+
 FLICKR8K_TOKEN_FILE = "Flickr8k.token.txt"
 FLICKR8K_IMAGE_DIRS = ("Flicker8k_Dataset", "Flickr8k_Dataset", "Images")  # the archive's spelling first
 FLICKR8K_SPLIT_FILES = {

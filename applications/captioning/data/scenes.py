@@ -1,7 +1,7 @@
 """Generated "scenes": RGB images of 1 to 4 coloured shapes on a dim textured background, each with a caption from
 a small grammar that names every object left to right, plus the ground truth (every object's attributes and
 box, and the object each caption word describes) to check visual attention against. NumPy only; seeded.
-docs/captioning-data.md describes the grammar; 10,000 64x64 images take about 1.5 s on one CPU core (measured:
+docs/guides/captioning-data.md describes the grammar; 10,000 64x64 images take about 1.5 s on one CPU core (measured:
 1.3-1.7 s; 128x128: 4.7 s), `load_scenes()` (9,500 images) 1.7 s.
 
     "a big red circle beside a small blue square above a big white cross"
@@ -67,7 +67,7 @@ def describe_scene(objects: list) -> tuple:
 def make_scenes(
     num_images: int, *, image_size: int = 64, min_objects: int = 1, max_objects: int = 4, seed: int = 0
 ) -> CaptionSet:
-    """Generates captioned scenes (docs/captioning-data.md): `applications.core.inputs.scene_images.draw_scenes`'
+    """Generates captioned scenes (docs/guides/captioning-data.md): `applications.core.inputs.scene_images.draw_scenes`'
     images, each object of a uniformly drawn shape, colour and size, captioned by `describe_scene`.
 
     Args:

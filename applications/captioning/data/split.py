@@ -15,6 +15,8 @@ from .caption_set import CaptionSet, CaptionSplits
 from .readers import read_coco, read_flickr8k
 from .scenes import load_scenes
 
+__all__ = ["DATA_SCHEMES", "parse_data_argument", "split_caption_set"]
+
 DATA_SCHEMES = ("scenes", "scenes:NUM_TRAIN", "flickr8k:DIR", "coco:DIR")
 
 

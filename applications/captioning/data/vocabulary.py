@@ -13,6 +13,8 @@ from attnlayers.validation import is_int, positive_int
 
 from .caption_set import CaptionSet, CaptionSplits
 
+__all__ = ["CaptionVocabulary", "SPECIAL_TOKENS", "normalize_caption"]
+
 SPECIAL_TOKENS = ("<pad>", "<start>", "<end>", "<unk>")
 _PUNCTUATION = re.compile(r"[^\w\s]|_")
 

@@ -4,6 +4,9 @@ hypothesis, 0-100. sacrebleu is imported on first use (the ``examples`` / ``test
 from __future__ import annotations
 
 
+__all__ = ["corpus_bleu"]
+
+
 def corpus_bleu(hypotheses, references, *, tokenize="13a", lowercase=False):
     """Corpus BLEU of detokenized ``hypotheses`` against one reference each.
 

@@ -12,6 +12,9 @@ from attnlayers.deprecation import renamed_keyword
 from attnlayers.export import GenerateExportOptions, export_generate
 
 
+__all__ = ["export_generator"]
+
+
 @renamed_keyword("strategy", "search")
 def export_generator(path, model, max_length=None, search=None, *, options=None, **keywords):
     """Writes ``model``'s ``generate`` as a SavedModel signature (see :func:`attnlayers.export.export_generate`),

@@ -4,6 +4,9 @@ the key, and the checkpoint directory's files (shared by the BERT, GPT-2, LLaMA 
 import os
 
 
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "checkpoint_files", "hf_config_fields"]
+
+
 def hf_config_fields(hf_config, source, *, required, optional, fixed=(), model="a"):
     """Our config's fields from a Hugging Face config dict.
 

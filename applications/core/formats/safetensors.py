@@ -11,6 +11,8 @@ import struct
 
 import numpy as np
 
+__all__ = ["read_safetensors", "write_safetensors"]
+
 _DTYPES = {
     "F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
     "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",

@@ -12,6 +12,9 @@ import re
 from collections.abc import Callable
 
 
+__all__ = ["KerasHubTable", "copy_keras_hub_weights", "copy_weights_by_path", "from_keras_hub"]
+
+
 def copy_weights_by_path(source_weights, targets, rename, *, source_name, target_name):
     """Assigns each source weight to the target at ``rename(source.path)``.
 

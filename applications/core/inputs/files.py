@@ -7,6 +7,9 @@ import json
 import os
 
 
+__all__ = ["read_json", "read_lines", "replace_atomically"]
+
+
 def read_lines(path, encoding: str, reader: str, expected: str) -> list:
     """The lines of a text file without their line endings ("\\n", "\\r\\n" or "\\r"; a final one optional,
     a leading byte-order mark dropped).

@@ -1,7 +1,7 @@
 """Generated scenes: RGB images of coloured shapes (circle, square, triangle, cross; five colours; two sizes) on a
 dim textured background, with every object's attributes and tight box. NumPy only; seeded. The captioning task
 (applications/captioning/data/scenes.py) and the vision task (applications/vision/data.py) both draw from here;
-docs/captioning-data.md describes the scenes. 10,000 64x64 images take about 1.5 s on one CPU core.
+docs/guides/captioning-data.md describes the scenes. 10,000 64x64 images take about 1.5 s on one CPU core.
 
     images, objects = draw_scenes(100, image_size=64, seed=0)   # uint8 (100, 64, 64, 3); per image its SceneObjects
 """

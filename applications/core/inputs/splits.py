@@ -22,6 +22,9 @@ import random
 import numpy as np
 
 
+__all__ = ["cut", "held_out_counts", "shuffled", "split_groups", "split_items"]
+
+
 def shuffled(items, rng) -> list:
     """``items`` (any iterable) as a list in a random order drawn from ``rng``: a ``random.Random`` (its
     ``shuffle``) or a ``numpy.random.Generator`` (its ``permutation``). The order depends only on the generator's

@@ -4,6 +4,9 @@ dispatch. TensorFlow (imported by the tokenizers that use it, not by ``applicati
 import tensorflow as tf
 
 
+__all__ = ["TokenLookup"]
+
+
 class TokenLookup(tf.Module):
     """A ``tf.Module`` base for tokenizers whose vocabulary lives in the graph.
 

@@ -14,6 +14,11 @@ import sys
 from .runtime import PRECISIONS, STRATEGIES, canonical_strategy  # keras, not TensorFlow
 
 
+__all__ = ["UNBOUNDED_EPOCHS", "UsageError", "add_budget_arguments", "add_runtime_arguments", "budget_epochs",
+           "check_budget_arguments", "check_sampling_arguments", "load_corpus", "run_script", "runtime_from_args",
+           "start_runtime", "usage_error"]
+
+
 class UsageError(Exception):
     """A problem with the command line or the data that the user can fix: one line, exit status 2."""
 
@@ -27,7 +32,11 @@ def usage_error(error):
 
 def add_runtime_arguments(parser):
     """Adds ``--strategy``, ``--precision``, ``--tpu``, ``--mesh`` and ``--sharding`` (a "runtime" argument group)
-    to an ``argparse`` parser; read them back with :func:`runtime_from_args`. Returns the parser."""
+    to an ``argparse`` parser; read them back with :func:`runtime_from_args`. Returns the parser.
+
+    Args:
+        parser: an ``argparse.ArgumentParser``.
+    """
     group = parser.add_argument_group("runtime (where and in what precision the model trains)")
     group.add_argument(
         "--strategy", type=canonical_strategy, choices=STRATEGIES, default="none",
@@ -41,7 +50,7 @@ def add_runtime_arguments(parser):
     group.add_argument("--mesh", default=None, metavar="DATAxMODEL",
                        help="with --strategy model-parallel: the device mesh, e.g. 2x4 (8 devices: each batch split "
                             "over 2, each large weight over 4); DATA x MODEL must be the device count, and "
-                            "--batch-size a multiple of DATA (docs/model-parallelism.md)")
+                            "--batch-size a multiple of DATA (docs/guides/model-parallelism.md)")
     group.add_argument("--sharding", choices=("tensor", "fsdp"), default=None,
                        help="with --strategy model-parallel: tensor (Megatron: Q/K/V and the first MLP matmul split "
                             "by columns, the attention output and second MLP matmul by rows) or fsdp (every matrix "
@@ -58,7 +67,12 @@ def add_runtime_arguments(parser):
 
 def runtime_from_args(args, layout=None):
     """``runtime.setup_runtime`` from the flags of :func:`add_runtime_arguments`; ``layout``: the model's layout
-    function for ``--strategy model-parallel`` (an application's ``sharding.layout_map``)."""
+    function for ``--strategy model-parallel`` (an application's ``sharding.layout_map``).
+
+    Args:
+        args: the parsed flags (``argparse.Namespace``).
+        layout: the model's layout function for ``--strategy model-parallel``; None otherwise.
+    """
     from .runtime import setup_runtime
 
     return setup_runtime(args.strategy, args.precision, tpu=getattr(args, "tpu", None),

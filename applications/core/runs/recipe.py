@@ -42,6 +42,10 @@ from .cli import UNBOUNDED_EPOCHS
 from .replicas import is_chief
 
 
+__all__ = ["PROGRESS_SECONDS", "describe_training", "describe_vocabulary", "fit_verbosity", "run_recipe",
+           "saved_model_export", "training_summary"]
+
+
 def _find(callbacks, kind):
     found = [c for c in callbacks if isinstance(c, kind)]
     return found[-1] if found else None
@@ -79,7 +83,13 @@ def training_summary(counter, history=None, backup=None):
     (a :class:`BackupAndRestore`) that restored an interrupted run, also ``resumed`` (the epoch and step it resumed
     at, 1-based epoch; the seconds and optimizer steps before; which run of the training this is) and
     ``seconds_total``; ``epochs`` and ``history`` then cover every run, and ``steps`` this one (the batches it
-    trained on, not the ones it skipped)."""
+    trained on, not the ones it skipped).
+
+    Args:
+        counter: the run's step and time counter (``core.StepCounter``).
+        history: fit's ``History``, or None.
+        backup: the run's ``core.BackupAndRestore``, or None.
+    """
     summary = {
         "seconds": round(counter.elapsed, 1),
         "epochs": len(history.epoch) if history is not None else len(counter.epoch_steps),
@@ -110,7 +120,11 @@ def training_summary(counter, history=None, backup=None):
 
 
 def describe_training(summary):
-    """The summary of :func:`training_summary` as one line."""
+    """The summary of :func:`training_summary` as one line.
+
+    Args:
+        summary: the dictionary :func:`training_summary` returns.
+    """
     def count(n, word):
         return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -149,7 +163,12 @@ def saved_model_export(export, weights_file):
     """``export`` (``export(model, out_dir)``, writing a TensorFlow SavedModel) under the TensorFlow backend. Under
     another backend (JAX), where a SavedModel cannot be written, a function that saves the model's weights to
     ``out_dir/weights_file`` instead (``model.load_weights`` reads them into the same model built under TensorFlow,
-    which then exports) and says so."""
+    which then exports) and says so.
+
+    Args:
+        export: ``export(model, out_dir)``, writing a TensorFlow SavedModel.
+        weights_file: the weights file's name under ``out_dir`` under another backend.
+    """
     import keras
 
     if keras.backend.backend() == "tensorflow":

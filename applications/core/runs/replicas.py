@@ -55,7 +55,11 @@ def pad_to_replicas(arrays, runtime):
 
 def is_chief(strategy=None):
     """Whether this process is the one that writes a multi-worker run's outputs: the "chief" task, else worker 0
-    of a cluster without one; True outside a cluster (one process)."""
+    of a cluster without one; True outside a cluster (one process).
+
+    Args:
+        strategy: the run's strategy; None, or one without a cluster: a single process.
+    """
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)
     if not task_type:
@@ -101,7 +105,12 @@ def worker_directory(out_dir, strategy=None):
     """Where this process writes a run's files: ``out_dir`` for the chief (or a single process), else
     ``out_dir/worker-{index}``, so that workers never write the same file (TensorBoard's events, the results) at
     the same time. The weights are the same on every worker (synchronous training): the chief's copy is the run's;
-    ``core.BackupAndRestore`` writes the chief's backup only, and restores every worker from it."""
+    ``core.BackupAndRestore`` writes the chief's backup only, and restores every worker from it.
+
+    Args:
+        out_dir: the run's output folder (None is returned as is).
+        strategy: the run's strategy; None: a single process.
+    """
     if out_dir is None or is_chief(strategy):
         return out_dir
     return os.path.join(out_dir, f"worker-{strategy.cluster_resolver.task_id}")
@@ -111,7 +120,11 @@ def static_shapes(strategy=None):
     """Whether ``strategy`` needs every batch in static shapes: a ``TPUStrategy``, which compiles each step with
     XLA, and every JAX runtime (XLA compiles the step again for each new batch shape, and ``DataParallel`` splits
     each batch evenly over the devices). The example scripts then pad sequences to their fixed maximum lengths and
-    batch with ``drop_remainder=True`` (the last, smaller batch is dropped). False for every other strategy."""
+    batch with ``drop_remainder=True`` (the last, smaller batch is dropped). False for every other strategy.
+
+    Args:
+        strategy: the run's strategy, or None (under JAX the answer is always True).
+    """
     if keras.backend.backend() == "jax":
         return True
     import tensorflow as tf

@@ -53,8 +53,8 @@ Strategies under ``KERAS_BACKEND=jax`` (:data:`JAX_STRATEGIES`):
   (``mesh="2x4"``: the batch split over 2, each large weight over 4), with the model's layout map (``layout``: an
   application's ``sharding.layout_map``, e.g. ``gpt.sharding.layout_map``) in the style ``sharding`` ("tensor":
   Megatron's column / row splits; "fsdp": every matrix along its d_model axis): ``core.runs.model_parallel`` and
-  docs/model-parallelism.md. Set before the model is built, like DataParallel; ``--batch-size`` must be a multiple
-  of DATA.
+  docs/guides/model-parallelism.md. Set before the model is built, like DataParallel; ``--batch-size`` must be a
+  multiple of DATA.
 
 Precisions (Keras dtype policies, Micikevicius et al. 2018): ``float32``; ``mixed_float16`` (float16
 compute, float32 variables, dynamic loss scaling added by ``Model.compile``; for GPUs); ``mixed_bfloat16``
@@ -74,6 +74,9 @@ import keras
 from attnlayers.validation import one_of
 
 from . import keras_fixes
+
+__all__ = ["JAX_STRATEGIES", "JaxRuntime", "PRECISIONS", "STRATEGIES", "canonical_strategy", "describe_runtime",
+           "jax_runtime", "make_strategy", "set_precision", "setup_runtime"]
 
 STRATEGIES = ("none", "data-parallel", "model-parallel", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -240,7 +243,11 @@ def _model_parallel_runtime(devices, mesh, sharding, layout):
 
 
 def set_precision(precision="float32"):
-    """Sets the global Keras dtype policy to ``precision`` (one of :data:`PRECISIONS`); returns it."""
+    """Sets the global Keras dtype policy to ``precision`` (one of :data:`PRECISIONS`); returns it.
+
+    Args:
+        precision: one of :data:`PRECISIONS`.
+    """
     keras.config.set_dtype_policy(one_of(precision, "precision", PRECISIONS))
     return precision
 
@@ -248,6 +255,11 @@ def set_precision(precision="float32"):
 def setup_runtime(strategy="none", precision="float32", *, tpu=None, devices=None, mesh=None, sharding="tensor",
                   layout=None):
     """Sets the dtype policy and builds the strategy: build and compile models under ``strategy.scope()``.
+
+    Args:
+        strategy: the strategy's name (see :func:`make_strategy`).
+        precision: one of :data:`PRECISIONS`.
+        tpu, devices, mesh, sharding, layout: as :func:`make_strategy`.
 
     Returns:
         The ``tf.distribute.Strategy`` (see :func:`make_strategy`).
@@ -262,7 +274,11 @@ def setup_runtime(strategy="none", precision="float32", *, tpu=None, devices=Non
 
 
 def describe_runtime(strategy):
-    """One line: the strategy, its replicas and the dtype policy, e.g. "MirroredStrategy, 2 replicas, float32"."""
+    """One line: the strategy, its replicas and the dtype policy, e.g. "MirroredStrategy, 2 replicas, float32".
+
+    Args:
+        strategy: the strategy of :func:`setup_runtime` (or :func:`make_strategy`).
+    """
     name = getattr(strategy, "runtime_name", None) or type(strategy).__name__
     if name.startswith("_Default"):
         name = "default strategy"

@@ -6,7 +6,7 @@ interrupted epoch where it stopped: the drop-in :class:`BackupAndRestore` that
     model.fit(train, epochs=10, callbacks=[callback])                  # killed? run the same fit again
 
 How it differs from Keras' own (atomic writes, batches trained exactly once, one backup for a cluster) and why:
-docs/training-at-scale.md, "A worker dies". The behaviour:
+docs/guides/training-at-scale.md, "A worker dies". The behaviour:
 
 - When: after every ``save_freq`` batches (or at epoch ends only: "epoch"), after the first batch that ends
   ``save_seconds`` or more after the last backup (None: never by time), and at the end of every epoch.

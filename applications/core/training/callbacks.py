@@ -23,6 +23,10 @@ from ..runs.replicas import from_chief, is_multi_worker
 from .backup import BackupAndRestore
 
 
+__all__ = ["BACKUP_SECONDS", "BestWeights", "BudgetedLearningRate", "ProgressLog", "SYNC_STEPS", "StepCounter",
+           "TimeBudget", "standard_callbacks"]
+
+
 def _seconds_before(backup):
     """The seconds of training a restored ``backup`` (a :class:`~.backup.BackupAndRestore`, or None) had behind it."""
     restored = getattr(backup, "restored", None)

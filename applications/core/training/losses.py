@@ -13,6 +13,8 @@ from attnlayers.chunked_cross_entropy import DEFAULT_CHUNK_SIZE, chunked_cross_e
 from attnlayers.distribution import scale_for_replicas
 from attnlayers.validation import non_negative_int, positive_int, rate_in_unit_interval
 
+__all__ = ["ChunkedCrossEntropy", "MaskedCrossEntropy", "PACKAGE"]
+
 PACKAGE = "attnlayers.applications"
 
 

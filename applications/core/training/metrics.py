@@ -14,6 +14,9 @@ from attnlayers.validation import non_negative_int
 from .losses import PACKAGE
 
 
+__all__ = ["MaskedAccuracy", "Perplexity"]
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class MaskedAccuracy(keras.metrics.Mean):
     """Share of non-padding target tokens whose argmax prediction is right.

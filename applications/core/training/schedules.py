@@ -16,6 +16,9 @@ from attnlayers.validation import non_negative_int, positive_int, positive_numbe
 from .losses import PACKAGE
 
 
+__all__ = ["TransformerSchedule", "WarmupCosineDecay", "WarmupLinearDecay"]
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """The warm-up schedule of Vaswani et al. (2017), eq. 3:

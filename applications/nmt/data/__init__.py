@@ -9,7 +9,7 @@ batches for `model.fit`; nothing is downloaded and nothing is cached on disk.
     synthetic.py  synthetic_pairs, synthetic_task: a made-up language pair with gold alignments
     pipeline.py   encode_pairs, make_dataset, count_truncated: tf.data batches (the only TensorFlow import)
 
-docs/nmt-data.md is the data card: what the corpora hold, how they are parsed and split, their counts.
+docs/guides/nmt-data.md is the data card: what the corpora hold, how they are parsed and split, their counts.
 """
 
 from .de_en import DE_EN_PATH, load_de_en, load_de_en_lexicon, normalize_text, parse_de_en_line

@@ -1,6 +1,6 @@
 """German-English pairs from the dictionary of the Debian package `trans-de-en` (`de :: en` lines): its example
 sentences (`load_de_en`, the translation task) and its word and phrase entries (`load_de_en_lexicon`, optional
-extra training data), both as `Pairs`. docs/nmt-data.md is the data card: what the file holds, the parsing
+extra training data), both as `Pairs`. docs/guides/nmt-data.md is the data card: what the file holds, the parsing
 rules, the counts."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from attnlayers.validation import one_of, positive_int
 
 from .pairs import Pairs
 from .split import _content_key
+
+__all__ = ["DE_EN_PATH", "load_de_en", "load_de_en_lexicon", "normalize_text", "parse_de_en_line"]
 
 DE_EN_PATH = "/usr/share/trans/de-en"
 _DIRECTIONS = ("de-en", "en-de")
@@ -41,7 +43,11 @@ def _strip_annotations(text: str) -> str:
 
 
 def normalize_text(text: str) -> str:
-    """NFC, ASCII quotes (’ ‘ ‚ -> ', “ ” „ -> "), single spaces, no space before , . ! ? ; :"""
+    """NFC, ASCII quotes (’ ‘ ‚ -> ', “ ” „ -> "), single spaces, no space before , . ! ? ; :
+
+    Args:
+        text: a string.
+    """
     text = unicodedata.normalize("NFC", text).translate(_QUOTES)
     text = _SPACE.sub(" ", text).strip()
     return _SPACE_BEFORE_PUNCT.sub(r"\1", text)
@@ -79,8 +85,12 @@ def parse_de_en_line(line: str, *, min_words: int = 4) -> list:
     """The cleaned (german, english) sentence pairs of one `trans-de-en` line.
 
     Annotations are removed, the text normalised (`normalize_text`), and every German sentence synonym is
-    paired with every English one of the same ` | ` alternative (docs/nmt-data.md has the rules). Comment
+    paired with every English one of the same ` | ` alternative (docs/guides/nmt-data.md has the rules). Comment
     lines, lines without ` :: ` and lines whose sides have different numbers of alternatives give `[]`.
+
+    Args:
+        line: one line of the dictionary file.
+        min_words: the fewest words a sentence keeps.
     """
     pairs = []
     for de, en in _aligned_alternatives(line):
@@ -118,7 +128,7 @@ def _dictionary_lines(path):
 def load_de_en(path=DE_EN_PATH, *, direction: str = "de-en", min_words: int = 4) -> Pairs:
     """The German-English sentence pairs of `trans-de-en`, cleaned and deduplicated.
 
-    Each line is parsed with `parse_de_en_line`; docs/nmt-data.md has the rules and the counts. Takes about 2 s
+    Each line is parsed with `parse_de_en_line`; docs/guides/nmt-data.md has the rules and the counts. Takes about 2 s
     on 2 CPU cores; nothing is cached.
 
     Args:

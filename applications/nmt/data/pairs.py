@@ -7,6 +7,9 @@ import dataclasses
 from collections.abc import Iterable
 
 
+__all__ = ["Pairs", "Splits"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Pairs:
     """Aligned lists of source and target sentences (plain Python strings).
@@ -71,6 +74,10 @@ class Splits:
     """A train / validation / test partition of one `Pairs` (see `split_pairs`).
 
     `indices` holds, for each split, the positions of its pairs in the `Pairs` that was split.
+
+    Attributes:
+        train, validation, test: the three `Pairs`.
+        indices: for each split's name, the positions of its pairs in the `Pairs` that was split.
     """
 
     train: Pairs

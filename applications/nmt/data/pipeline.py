@@ -16,8 +16,15 @@ from ..tokenizer import END_ID, PAD_ID, START_ID
 from .pairs import Pairs
 
 
+__all__ = ["count_truncated", "default_bucket_boundaries", "encode_pairs", "make_dataset"]
+
+
 def default_bucket_boundaries(max_length: int) -> list:
-    """Length boundaries 8, 16, 24, 32, 48, 64, 96, 128, ... below `max_length`."""
+    """Length boundaries 8, 16, 24, 32, 48, 64, 96, 128, ... below `max_length`.
+
+    Args:
+        max_length: the longest sequence, in tokens.
+    """
     steps = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
     return [b for b in steps if b < max_length]
 
@@ -103,6 +110,12 @@ def encode_pairs(pairs: Pairs, tokenizers, *, max_source_length: int = 64, max_t
     The source is truncated to `max_source_length` tokens; the target tokens y to `max_target_length - 1`,
     and then target_in = [START] + y, target_out = y + [END] (so both fit `max_target_length`; a truncated
     target still ends in [END]). When anything is cut, one `UserWarning` says how much (`count_truncated`).
+
+    Args:
+        pairs: the sentence pairs (`Pairs`).
+        tokenizers: the source and target tokenizers (`Tokenizers`).
+        max_source_length: the source's longest length in tokens.
+        max_target_length: the target's, [START] or [END] included.
     """
     return _encode(pairs, tokenizers, max_source_length, max_target_length)
 

@@ -10,6 +10,8 @@ import re
 from ...core.inputs.files import read_lines
 from .pairs import Pairs
 
+__all__ = ["TsvFieldError", "looks_like_header", "read_parallel", "read_tsv", "read_tsv_with_header"]
+
 _SHOWN_LINES = 5  # malformed line numbers listed in an error
 _HEADERS = ("no", "yes", "auto")
 
@@ -220,6 +222,11 @@ def read_parallel(source_path, target_path, *, encoding: str = "utf-8") -> Pairs
     """Reads two aligned files: line i of `target_path` translates line i of `source_path`.
 
     Blank lines are kept (they stay aligned); a final newline is optional; each line is stripped.
+
+    Args:
+        source_path: the source sentences, one a line.
+        target_path: their translations, one a line.
+        encoding: the files' text encoding.
 
     Raises:
         FileNotFoundError: when either path is not a file.

@@ -11,6 +11,9 @@ from ...core.inputs.splits import split_groups
 from .pairs import Pairs, Splits
 
 
+__all__ = ["held_out_sizes", "split_pairs"]
+
+
 def _content_key(text: str) -> str:
     """What two sentences must share to count as the same: their letters and digits, case-folded."""
     return "".join(ch for ch in text.casefold() if ch.isalnum())

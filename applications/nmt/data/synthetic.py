@@ -1,6 +1,6 @@
 """The synthetic translation task: a made-up language pair generated in code, deterministic from a seed, with
 gold word alignments (`Pairs.alignments`), for the quickstart, the alignment benchmark and fast tests. Its
-grammar and reorderings are described in docs/nmt-data.md."""
+grammar and reorderings are described in docs/guides/nmt-data.md."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from attnlayers.validation import one_of, positive_int
 
 from .pairs import Pairs
 from .split import split_pairs
+
+__all__ = ["synthetic_dictionary", "synthetic_pairs", "synthetic_task"]
 
 _REORDERINGS = ("swap", "reverse", "none")
 _MIN_WORDS = 3  # synthetic_pairs' default min_length
@@ -24,6 +26,9 @@ def synthetic_dictionary(dictionary_seed: int = 0) -> tuple:
 
     `word_class` maps each source word to "noun", "adjective" or "verb"; `translation` is a class-preserving
     bijection from source words onto a disjoint set of target words, fixed by `dictionary_seed`.
+
+    Args:
+        dictionary_seed: the seed of the word classes and the translation.
     """
     rng = random.Random(dictionary_seed)
     total = sum(_CLASSES.values())
@@ -49,7 +54,7 @@ def synthetic_pairs(
     reorder: str = "swap",
     dictionary_seed: int = 0,
 ) -> Pairs:
-    """Generates the synthetic translation task (docs/nmt-data.md).
+    """Generates the synthetic translation task (docs/guides/nmt-data.md).
 
     Args:
         num_pairs: how many pairs; sources are distinct.

@@ -1,5 +1,6 @@
 """NMT data from the trans-de-en dictionary: the line parser, the sentence and lexicon loaders (on small files
-written here), the real corpus (its cleanliness and the counts docs/nmt-data.md states), and its leak-free splits.
+written here), the real corpus (its cleanliness and the counts docs/guides/nmt-data.md states), and its leak-free
+splits.
 """
 
 import re
@@ -193,7 +194,7 @@ def test_de_en_file_errors(tmp_path):
 
 
 def test_de_en_counts_match_the_data_card(de_en, de_en_splits):
-    """docs/nmt-data.md states the counts for the 2023-01-30 file; a newer dictionary may differ."""
+    """docs/guides/nmt-data.md states the counts for the 2023-01-30 file; a newer dictionary may differ."""
     with open(nmt.DE_EN_PATH, encoding="utf-8") as f:
         version = f.readline()
     if "2023-01-30" not in version:

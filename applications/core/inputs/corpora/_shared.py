@@ -83,8 +83,9 @@ def text_file_documents(path, expected="a UTF-8 text file, a blank line between 
     lines (trailing spaces removed). ``expected`` describes the format in the "not found" error.
 
     Raises:
-        FileNotFoundError / ValueError: naming the file: missing, not UTF-8, or holding fewer than 2 documents (a
-        run trains on some and holds out at least one).
+        FileNotFoundError: the file is missing (the error names it).
+        ValueError: the file is not UTF-8, or holds fewer than 2 documents (a run trains on some and holds out at
+            least one); the error names the file.
     """
     from ..files import read_lines
 

@@ -17,6 +17,10 @@ from typing import NamedTuple
 from ._shared import APT_COMMAND, _seed, _write_json_atomically, cache_dir
 
 
+__all__ = ["BOOKS", "PARAPHRASE_SPLITS", "TRANSLATIONS", "Verse", "bible_documents", "bible_verses", "documents_of",
+           "osis_to_text", "paraphrase_pairs", "parse_diatheke"]
+
+
 class Verse(NamedTuple):
     """One Bible verse: ``book`` (an entry of :data:`BOOKS`), ``chapter`` and ``verse`` numbers, ``text``."""
 

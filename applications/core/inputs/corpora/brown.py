@@ -10,6 +10,10 @@ import subprocess
 from ._shared import NPM_COMMAND, _fraction, _seed, _split_groups, cache_dir
 
 
+__all__ = ["TaggedSentences", "UNIVERSAL_TAGS", "brown_path", "brown_tagged_sentences", "split_sentences",
+           "universal_tag"]
+
+
 class TaggedSentences(list):
     """A list of tagged sentences (each a list of (word, tag)) that also knows, for each sentence, its
     ``document_ids`` (the Brown file, e.g. "ca01") and ``genres`` (e.g. "news"), so that

