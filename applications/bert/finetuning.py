@@ -74,6 +74,41 @@ class FinetuningSettings:
             self.sequence_length = TASK_SEQUENCE_LENGTH[self.task]
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelFamily:
+    """What :func:`run_finetuning` builds and feeds a model with: BERT's (:func:`bert_family`) unless another
+    encoder family is passed (benchmarks/xlnet_finetune.py passes XLNet's), so the same tasks, splits, budgets,
+    baselines and scores compare them.
+
+    Attributes:
+        name: the family's name in the record ("bert").
+        load_initialization: ``(init, architecture, strategy, sequence_length) -> (backbone, tokenizer)``, as
+            :func:`load_initialization`.
+        encode_texts: ``(examples, tokenizer, sequence_length) -> (features, labels, cut)``, as :func:`encode_texts`.
+        encode_tagged: ``(sentences, tokenizer, sequence_length, tags) -> (features, labels, word_ids, cut)``, as
+            :func:`encode_tagged`.
+        classifier: ``(backbone, num_classes) -> model`` with ``compile_for_finetuning``.
+        tagger: ``(backbone, num_tags) -> model`` with ``compile_for_finetuning``.
+    """
+
+    name: str
+    load_initialization: object
+    encode_texts: object
+    encode_tagged: object
+    classifier: object
+    tagger: object
+
+
+def bert_family():
+    """BERT's :class:`ModelFamily`: Hugging Face BERT directories, [CLS] A [SEP] B [SEP] inputs, BertClassifier and
+    BertTokenClassifier."""
+    from .heads import BertClassifier, BertTokenClassifier
+
+    return ModelFamily("bert", load_initialization, encode_texts, encode_tagged,
+                       lambda backbone, n: BertClassifier(backbone, num_classes=n),
+                       lambda backbone, n: BertTokenClassifier(backbone, num_tags=n))
+
+
 def encode_texts(examples, tokenizer, sequence_length):
     """(text, label) or (text_a, text_b, label) examples as the backbone's NumPy inputs, the labels, and how
     many inputs were cut."""
@@ -194,7 +229,7 @@ def _dataset(features, labels, batch_size, seed=None, drop_remainder=False):
 
 
 def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose=1, results_file="results.json",
-                   record=None, tensorboard=True, backup=True, data=None):
+                   record=None, tensorboard=True, backup=True, data=None, family=None):
     """Fine-tunes a BERT on ``settings.task``, evaluates it on the test split beside the task's baseline, and
     exports it as a string-in SavedModel.
 
@@ -205,6 +240,8 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
             (a classifier for sentiment / paraphrase, a tagger for pos), or None for no export.
         strategy: the ``tf.distribute`` strategy (None: the default one).
         data: a :class:`TaskData` to use instead of :func:`load_task`'s.
+        family: the :class:`ModelFamily` (None: :func:`bert_family`); another family's runs need ``export_dir``
+            None (the export is BERT's).
         verbose, results_file, record, tensorboard, backup: as for :func:`run_pretraining`.
 
     Returns:
@@ -214,11 +251,14 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
 
     from ..core import BestWeights, describe_runtime, run_recipe, saved_model_export, static_shapes
     from ..core.runs.replicas import held_out_batch_size, pad_to_replicas
-    from .heads import BertClassifier, BertTokenClassifier, word_predictions
+    from .heads import word_predictions
 
+    family = family or bert_family()
+    if family.name != "bert" and export_dir is not None:
+        raise ValueError(f"`export_dir` writes BERT's SavedModel; pass None for the {family.name!r} family.")
     strategy = strategy or tf.distribute.get_strategy()
     task, length = settings.task, settings.sequence_length
-    backbone, tokenizer = load_initialization(settings.init, settings.architecture, strategy, length)
+    backbone, tokenizer = family.load_initialization(settings.init, settings.architecture, strategy, length)
     data = data or load_task(task, settings.seed)
     sizes = {split: len(getattr(data, split)) for split in ("train", "validation", "test")}
     data = dataclasses.replace(data, test=sample(data.test, settings.test_examples, settings.seed))
@@ -228,10 +268,10 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
         if split == "validation":
             examples = sample(examples, settings.validation_examples, settings.seed)
         if data.head == "tagger":
-            features, labels, word_ids, cut[split] = encode_tagged(examples, tokenizer, length, data.labels)
+            features, labels, word_ids, cut[split] = family.encode_tagged(examples, tokenizer, length, data.labels)
             encoded[split] = (features, labels, word_ids)
         else:
-            features, labels, cut[split] = encode_texts(examples, tokenizer, length)
+            features, labels, cut[split] = family.encode_texts(examples, tokenizer, length)
             encoded[split] = (features, labels, None)
     what = "words" if data.head == "tagger" else "inputs"
     used = {"train": len(data.train), "validation": len(encoded["validation"][1]), "test": len(data.test)}
@@ -245,9 +285,9 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
     validation = _dataset(*encoded["validation"][:2], size, drop_remainder=static)
     with strategy.scope():
         if data.head == "tagger":
-            model = BertTokenClassifier(backbone, num_tags=len(data.labels))
+            model = family.tagger(backbone, len(data.labels))
         else:
-            model = BertClassifier(backbone, num_classes=len(data.labels))
+            model = family.classifier(backbone, len(data.labels))
         schedule = compile_budgeted(model, model.compile_for_finetuning, settings.learning_rate,
                                     settings.warmup_fraction, settings.weight_decay, settings.minutes)
     init = "scratch" if settings.init == "scratch" else "pretrained"
@@ -305,6 +345,8 @@ def run_finetuning(settings, out_dir, *, export_dir=None, strategy=None, verbose
 
 __all__ = [
     "FinetuningSettings",
+    "ModelFamily",
+    "bert_family",
     "check_initialization",
     "encode_tagged",
     "encode_texts",

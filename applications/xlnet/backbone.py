@@ -37,6 +37,9 @@ from .config import XLNetConfig
 from .segment import RelativeSegmentBias
 
 
+__all__ = ["MaskEmbedding", "XLNetBackbone", "XLNetBlock", "call_on_saved_shapes"]
+
+
 def _initializer():
     return keras.initializers.TruncatedNormal(stddev=0.02)  # initializer_range of the reference implementation
 
@@ -44,6 +47,11 @@ def _initializer():
 @keras.saving.register_keras_serializable(package="attnlayers.xlnet")
 class MaskEmbedding(keras.layers.Layer):
     """w, the query stream's first representation g^{(0)} at every position (section 2.3; ``mask_emb``).
+
+    Args:
+        hidden_dim: d.
+        initializer: w's initializer; None: a truncated normal of stddev 0.02 (the reference implementation's).
+        **kwargs: ``keras.layers.Layer`` arguments.
 
     Call arguments:
         content: (B, T, d), the content stream (only its shape is read).

@@ -47,6 +47,10 @@ from ..core.inputs.files import read_json, replace_atomically
 from .backbone import XLNetBackbone
 from .config import ACTIVATIONS, XLNetConfig
 
+__all__ = ["ARCHITECTURES", "CONFIG_FILE", "PREFIX", "WEIGHTS_FILE", "config_from_hf", "config_to_hf",
+           "copy_keras_hub_weights", "copy_weights_to_keras_hub", "from_keras_hub", "load_hf_checkpoint",
+           "save_hf_checkpoint"]
+
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 PREFIX = "transformer."
 ARCHITECTURES = ("XLNetModel", "XLNetLMHeadModel")
@@ -360,6 +364,10 @@ def copy_keras_hub_weights(keras_hub_backbone, backbone):
     """Copies every weight of a ``keras_hub.models.XLNetBackbone`` into an :class:`XLNetBackbone` of the same sizes
     (built here if it is not); returns ``backbone``. The two then compute the same function.
 
+    Args:
+        keras_hub_backbone: a ``keras_hub.models.XLNetBackbone``.
+        backbone: an :class:`XLNetBackbone` of the same sizes.
+
     Raises:
         ValueError: naming the weights missing on either side and those whose shapes differ; nothing is copied then.
     """
@@ -370,6 +378,10 @@ def copy_keras_hub_weights(keras_hub_backbone, backbone):
 def copy_weights_to_keras_hub(backbone, keras_hub_backbone):
     """Copies every weight of an :class:`XLNetBackbone` into a ``keras_hub.models.XLNetBackbone`` of the same sizes
     (the reverse of :func:`copy_keras_hub_weights`); returns ``keras_hub_backbone``.
+
+    Args:
+        backbone: an :class:`XLNetBackbone`.
+        keras_hub_backbone: a ``keras_hub.models.XLNetBackbone`` of the same sizes.
 
     Raises:
         ValueError: naming the weights missing on either side and those whose shapes differ; nothing is copied then.
@@ -388,5 +400,10 @@ def _keras_hub_config(keras_hub_backbone, **config):
 
 def from_keras_hub(keras_hub_backbone, **config):
     """An :class:`XLNetBackbone` with the sizes and weights of a ``keras_hub.models.XLNetBackbone``; ``config``:
-    other :class:`XLNetConfig` fields (``pad_token_id``, ``clamp_length``...). keras_hub is imported by the caller."""
+    other :class:`XLNetConfig` fields (``pad_token_id``, ``clamp_length``...). keras_hub is imported by the caller.
+
+    Args:
+        keras_hub_backbone: a ``keras_hub.models.XLNetBackbone``.
+        **config: other :class:`XLNetConfig` fields.
+    """
     return copy_keras_hub_weights(keras_hub_backbone, XLNetBackbone(_keras_hub_config(keras_hub_backbone, **config)))

@@ -13,6 +13,8 @@ from attnlayers.validation import check_divisible, is_int, one_of, positive_int,
 
 from ..core.configs import config_of
 
+__all__ = ["ACTIVATIONS", "PRESETS", "XLNetConfig"]
+
 # (num_layers, hidden_dim, num_heads), d_ff = 4 d: XLNet-Base and -Large (Yang et al. 2019, section 3.1: "the
 # same architecture hyperparameters as BERT-Base / BERT-Large"), and a tiny one for tests and CPU runs.
 PRESETS = {

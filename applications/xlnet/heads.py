@@ -27,6 +27,8 @@ from attnlayers.validation import is_int, rate_in_unit_interval
 from .backbone import _initializer
 from .pretrainer import PACKAGE, XLNetTask, xlnet_optimizer
 
+__all__ = ["IGNORE_LABEL", "TokenAccuracy", "XLNetClassifier", "XLNetTokenClassifier", "last_token_positions"]
+
 IGNORE_LABEL = -100  # the token classifier's "no label here" (Hugging Face's convention, PyTorch's ignore_index)
 
 

@@ -36,6 +36,8 @@ from ..core.training.schedules import WarmupLinearDecay
 from .backbone import XLNetBackbone, call_on_saved_shapes
 from .checkpoint import load_hf_checkpoint, save_hf_checkpoint
 
+__all__ = ["BACKBONE_INPUTS", "LM_BIAS", "PACKAGE", "XLNetLMHead", "XLNetPretrainer", "XLNetTask", "xlnet_optimizer"]
+
 PACKAGE = "attnlayers.xlnet"
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 LM_BIAS = "lm_loss.bias"  # Hugging Face's XLNetLMHeadModel name of the LM head's bias (its weight is E, tied)

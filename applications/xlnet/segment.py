@@ -18,6 +18,9 @@ from keras import ops
 from attnlayers.validation import check_rank, format_shape, positive_int
 
 
+__all__ = ["RelativeSegmentBias"]
+
+
 @keras.saving.register_keras_serializable(package="attnlayers.xlnet")
 class RelativeSegmentBias(keras.layers.Layer):
     """The relative segment term of XLNet's attention logits, as an ``attention_bias`` of
