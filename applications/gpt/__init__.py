@@ -16,7 +16,7 @@ stream -> windows of L + 1 tokens -> (x, y, padding-mask weight) batches; the un
 (TrainingSettings, run_training: the training run of examples/train_gpt.py; import them as modules).
 GPTConfig.preset("small" | "medium" | "large" | "xl") gives GPT-2's sizes (GPT_PRESETS, plus a "tiny" test size);
 config.parameter_count() their closed-form parameter count. `transformer_xl` (TransformerXL, TransformerXLConfig:
-Transformer-XL, relative positions and a memory kept between batches; docs/transformer-xl.md).
+Transformer-XL, relative positions and a memory kept between batches; docs/guides/transformer-xl.md).
 """
 
 from ..core.lazy import lazy_attributes

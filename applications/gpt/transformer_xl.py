@@ -260,7 +260,7 @@ class TransformerXL(keras.Model):
                  stop_token_ids=None):
         """Cached decoding after a memory: each layer's memory is written into its key / value cache at positions
         0..M-1 (the block called on it at cache index 0), the prompt at M..M+P-1, and decoding steps from there
-        (docs/transformer-xl.md). Greedy search equals recomputing :meth:`segment` over the growing text with the
+        (docs/guides/transformer-xl.md). Greedy search equals recomputing :meth:`segment` over the growing text with the
         same memory.
 
         Args:
