@@ -108,7 +108,7 @@ SIZES = {
 }
 PARTS = ("gpt", "bert", "generate")
 MASKED_SHARE = 0.15
-DROPOUT = 0.1
+DROPOUT = 0.1  # GPT-2's and BERT's: embeddings, residual branches and attention weights (--dropout)
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12}  # dense bf16 tensor-core peak (SXM)
 DISTINCT_BATCHES = 4  # fit cycles over this many fixed random batches
 
@@ -226,11 +226,12 @@ def build_gpt(role, sizes):
     keras.utils.set_random_seed(0)
     options = {"loss_chunk_size": None}  # the peer's: its loss reads its logits
     if role == "ours":
-        model = GPT(GPTConfig(dropout=DROPOUT, vocabulary_padding=sizes.get("vocabulary_padding", 1), **model_sizes))
+        model = GPT(GPTConfig(dropout=sizes.get("dropout", DROPOUT), vocabulary_padding=sizes.get("vocabulary_padding", 1),
+                              attention_implementation=sizes.get("attention_implementation", "auto"), **model_sizes))
         label = "attnlayers.applications.gpt.GPT(GPTConfig(...)), gpt.recipes.compile_for_training"
         options["loss_chunk_size"] = sizes.get("loss_chunk_size")
     else:
-        backbone = keras_hub.models.GPT2Backbone(dropout=DROPOUT, **model_sizes)
+        backbone = keras_hub.models.GPT2Backbone(dropout=sizes.get("dropout", DROPOUT), **model_sizes)
         model = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
         label = "keras_hub.models.GPT2CausalLM(GPT2Backbone(...), preprocessor=None), the same compile"
     compile_for_training(model, TrainingSettings(jit_compile=True, **options))  # its learning-rate callback unused
@@ -254,11 +255,11 @@ def build_bert(role, sizes):
     learning_rate, warmup, total = 1e-4, 10, 10_000
     keras.utils.set_random_seed(0)
     if role == "ours":
-        model = BertPretrainer(BertBackbone(BertConfig(dropout=DROPOUT, **model_sizes)))
+        model = BertPretrainer(BertBackbone(BertConfig(dropout=sizes.get("dropout", DROPOUT), **model_sizes)))
         model.compile_for_pretraining(learning_rate, warmup_steps=warmup, total_steps=total, jit_compile=True)
         return model, ("attnlayers.applications.bert.BertPretrainer(BertBackbone(BertConfig(...))), "
                        "compile_for_pretraining")
-    backbone = keras_hub.models.BertBackbone(dropout=DROPOUT, **model_sizes)
+    backbone = keras_hub.models.BertBackbone(dropout=sizes.get("dropout", DROPOUT), **model_sizes)
     model = keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
     model.compile(optimizer=bert_optimizer(learning_rate, warmup, total),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
@@ -302,6 +303,9 @@ def train_side(part, role, sizes, batches, steps, memory, profiler, log):
     if unbuilt:
         log(f"  [{part}] {role:9s} note: layers never marked built after fit: {', '.join(unbuilt)} (under JAX, keras "
             "traces the whole model again at every train_on_batch call)")
+    routes = attention_routes(model)
+    if routes:
+        log(f"  [{part}] {role:9s} attention routes taken: {', '.join(routes)}")
     log(f"  [{part}] {role:9s} fit: {fit_ms:9.2f} ms/step ({steps} steps; first epoch, compilation included, "
         f"{timer.seconds[0]:.1f} s)")
     x, y, weights = data[0]
@@ -320,12 +324,21 @@ def train_side(part, role, sizes, batches, steps, memory, profiler, log):
     result = {
         "label": label, "parameters": int(model.count_params()), "peak_bytes": peak, "memory_source": source,
         "process": os.getpid(),
-        "unbuilt_layers": unbuilt, "profile": profile,
+        "unbuilt_layers": unbuilt, "profile": profile, "attention_routes": routes,
         "process_peak_bytes": memory.process_peak(),
         "fit": {"step_ms": fit_ms, "first_epoch_s": timer.seconds[0], "epoch_s": timer.seconds},
         "train_on_batch": {"step_ms": tob_ms, "samples_ms": samples, "warmup_s": warmup_s},
     }
     return result
+
+
+def attention_routes(model):
+    """The routes attnlayers' attention layers of ``model`` took in their last call (``last_attention``, e.g.
+    "flash (triton)"), sorted; [] for keras-hub's."""
+    from attnlayers.layer_walk import nested_layers
+
+    return sorted({str(layer.last_attention) for layer in nested_layers(model)
+                   if getattr(layer, "last_attention", None) is not None})
 
 
 def training_batches(part, sizes, steps):
@@ -571,6 +584,12 @@ def parse_args(argv=None):
     parser.add_argument("--vocabulary-padding", type=int, default=1, metavar="M",
                         help="gpt, ours: GPTConfig(vocabulary_padding=M), the output layer's vocabulary rounded up to "
                              "a multiple of M (128: 50,257 -> 50,304); default 1, none")
+    parser.add_argument("--dropout", type=float, default=DROPOUT, metavar="RATE",
+                        help="gpt and bert, both sides: the dropout rate of the embeddings, residual branches and "
+                             f"attention weights (default {DROPOUT}, GPT-2's and BERT's)")
+    parser.add_argument("--attention-implementation", default="auto", metavar="ROUTE",
+                        help="gpt, ours: GPTConfig(attention_implementation=ROUTE): auto (default), exact, chunked, "
+                             "fused or flash (the Pallas kernel that keeps the attention dropout)")
     parser.add_argument("--loss-chunk-size", type=int, default=None, metavar="C",
                         help="gpt, ours: the chunked loss from the hidden states, C tokens a chunk "
                              "(runs.causal_lm_loss(C)); default: the loss from the logits")
@@ -578,6 +597,11 @@ def parse_args(argv=None):
     parser.add_argument("--markdown", action="store_true",
                         help="print the table for docs/results/training.md with a line saying what ran")
     args = parser.parse_args(argv)
+    if not 0 <= args.dropout < 1:
+        parser.error(f"--dropout must be in [0, 1); received {args.dropout}")
+    if args.attention_implementation not in ("auto", "exact", "chunked", "fused", "flash"):
+        parser.error(f"--attention-implementation: unknown {args.attention_implementation!r}; choose from auto, "
+                     "exact, chunked, fused, flash")
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown or not parts:
@@ -603,7 +627,9 @@ def main(argv=None):
     flops_rate = peak_flops(args, device, precision)
     sizes = {**SIZES[args.size]}
     # The toggles of ours' GPT (recorded with the sizes in each row).
-    sizes["gpt"] = {**sizes["gpt"], "vocabulary_padding": args.vocabulary_padding,
+    sizes["bert"] = {**sizes["bert"], "dropout": args.dropout}
+    sizes["gpt"] = {**sizes["gpt"], "vocabulary_padding": args.vocabulary_padding, "dropout": args.dropout,
+                    "attention_implementation": args.attention_implementation,
                     "loss_chunk_size": args.loss_chunk_size}
     memory = measure.DeviceMemory(BACKEND, device)
     profiler = Profiler(args.profile)
@@ -624,7 +650,8 @@ def main(argv=None):
             json.dump(side, f, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
         return 0
     forward = ["--size", args.size, "--precision", precision, "--steps", str(args.steps),
-               "--vocabulary-padding", str(args.vocabulary_padding)] + (
+               "--vocabulary-padding", str(args.vocabulary_padding), "--dropout", str(args.dropout),
+               "--attention-implementation", args.attention_implementation] + (
         ["--profile", args.profile] if args.profile else []) + (
         ["--loss-chunk-size", str(args.loss_chunk_size)] if args.loss_chunk_size else [])
     rows, notes = [], []
@@ -663,7 +690,7 @@ def main(argv=None):
             "settings": {"size": args.size, "precision": precision, "steps": args.steps, "repeats": args.repeats,
                          "parts": args.parts,
                          "sizes": {p: sizes[p] if p != "generate" else sizes["generate"] for p in args.parts},
-                         "peak_flops": flops_rate, "dropout": DROPOUT, "jit_compile": True,
+                         "peak_flops": flops_rate, "dropout": args.dropout, "jit_compile": True,
                          "ratio": "ours / peer step time (below 1: attnlayers is faster)"},
             "environment": {"backend": BACKEND, **measure.environment(), "device": device,
                             "xla_flags": os.environ.get("XLA_FLAGS")},

@@ -58,6 +58,7 @@ from attnlayers.embedding import TokenAndPositionEmbedding, padded_size
 from attnlayers.layer_walk import nested_layers
 from attnlayers.positional import RotaryEmbedding
 from attnlayers.quantization import float_rows
+from attnlayers.routes import IMPLEMENTATIONS
 from attnlayers.transformer import TransformerDecoder
 from attnlayers.validation import (
     check_divisible,
@@ -107,6 +108,9 @@ class GPTConfig:
         attention_dropout: on the attention weights [attn_pdrop; LLaMA's attention_dropout]; None (the default):
             ``dropout``'s rate. Only training reads either: at inference every route is open to the attention,
             the fused kernel included, whatever the rates.
+        attention_implementation: the route of every attention (:class:`attnlayers.MultiHeadAttention`'s
+            ``implementation``): "auto" (the default), "exact", "chunked", "fused" or "flash" (the Pallas kernel
+            that keeps the attention dropout: JAX on a GPU). A named route that cannot compute a call raises.
         layer_norm_epsilon: LayerNorm epsilon [layer_norm_epsilon].
         end_token_id: the end-of-text token (generation stops there). None: V - 1, GPT-2's <|endoftext|>
             [eos_token_id].
@@ -145,6 +149,7 @@ class GPTConfig:
     tie_embeddings: bool = True
     vocabulary_padding: int = 1
     attention_dropout: float | None = None
+    attention_implementation: str = "auto"
 
     def __post_init__(self):
         for name in ("vocabulary_size", "max_sequence_length", "num_layers", "num_heads", "hidden_dim",
@@ -155,6 +160,7 @@ class GPTConfig:
         if self.attention_dropout is None:
             self.attention_dropout = self.dropout
         self.attention_dropout = rate_in_unit_interval(self.attention_dropout, "attention_dropout")
+        one_of(self.attention_implementation, "attention_implementation", IMPLEMENTATIONS)
         if not (isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0):
             raise ValueError(f"`layer_norm_epsilon` must be a positive number; received {self.layer_norm_epsilon!r}.")
         if self.end_token_id is None:
@@ -392,7 +398,8 @@ class GPT(GenerativeModel):
         self.decoder = TransformerDecoder(
             c.num_layers, c.num_heads, c.intermediate_dim, dropout=c.dropout, activation=gelu_approximate,
             layer_norm_epsilon=c.layer_norm_epsilon, normalize_first=True, kernel_initializer=init,
-            attention_kwargs={"dropout": c.attention_dropout}, name="decoder", dtype=self.dtype_policy,
+            attention_kwargs={"dropout": c.attention_dropout, "implementation": c.attention_implementation},
+            name="decoder", dtype=self.dtype_policy,
         )
 
     def _build_llama(self, c, init):
@@ -408,7 +415,7 @@ class GPT(GenerativeModel):
         _zero_padded_rows(self.token_embedding.embeddings, c.vocabulary_size, axis=0)
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=self.dtype_policy)
         attention = {"num_key_value_heads": c.num_key_value_heads, "rotary": RotaryEmbedding(c.rope_theta),
-                     "dropout": c.attention_dropout}
+                     "dropout": c.attention_dropout, "implementation": c.attention_implementation}
         self.decoder = TransformerDecoder(
             c.num_layers, c.num_heads, c.intermediate_dim, dropout=c.dropout, activation="swiglu",
             layer_norm_epsilon=c.layer_norm_epsilon, normalize_first=True, normalization="rms", use_bias=False,

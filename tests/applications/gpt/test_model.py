@@ -268,3 +268,24 @@ def test_max_new_tokens_beyond_the_context_is_clipped(model):
     np.testing.assert_array_equal(_np(out.lengths), [12])
     out = model.generate(PROMPT, padding_mask=PROMPT_MASK, stop_token_ids=None, max_new_tokens=3)  # still honoured
     np.testing.assert_array_equal(_np(out.lengths), [7, 5, 4])
+
+
+def test_attention_implementation_reaches_every_attention():
+    """GPTConfig(attention_implementation=...) is every block's MultiHeadAttention option (the route its calls
+    take, recorded in last_attention), for both architectures; an unknown name is refused before a layer is
+    built."""
+    from attnlayers.layer_walk import nested_layers
+    from attnlayers.routes import AttentionRoute
+
+    tokens = np.random.default_rng(0).integers(0, 64, (2, 8)).astype("int32")
+    for architecture in ("gpt2", "llama"):
+        model = GPT(GPTConfig(vocabulary_size=64, architecture=architecture, attention_implementation="chunked"))
+        model(tokens, training=True)
+        taken = [layer.last_attention for layer in nested_layers(model) if hasattr(layer, "last_attention")]
+        assert len(taken) == 2 and all(route.route == "chunked" for route in taken), taken
+        model = GPT(GPTConfig(vocabulary_size=64, architecture=architecture))
+        model(tokens, training=True)
+        assert {layer.last_attention for layer in nested_layers(model)
+                if hasattr(layer, "last_attention")} == {AttentionRoute("exact")}
+    with pytest.raises(ValueError, match="attention_implementation.*'cudnn'.*'flash'"):
+        GPTConfig(attention_implementation="cudnn")
