@@ -50,13 +50,19 @@ def test_a_new_route_is_one_entry_and_one_function(monkeypatch):
     np.testing.assert_allclose(ops.convert_to_numpy(got), ops.convert_to_numpy(expected), atol=1e-5)
 
 
-def test_flash_runs_when_named_and_auto_does_not_take_it_yet(monkeypatch):
-    """The flash route computes a call when named where its kernel runs; "auto" does not take it (not yet run on a
-    GPU), in Pallas' interpreter never; it refuses what its kernel does not compute, by reason."""
+def test_flash_runs_when_named_and_auto_takes_it_where_triton_compiles_it(monkeypatch):
+    """The flash route computes a call when named where its kernel runs; "auto" takes it on a GPU (Triton) for
+    what cuDNN's fused route does not take (attention dropout), in Pallas' interpreter never; it refuses what its
+    kernel does not compute, by reason, and "auto" then goes on down the table."""
     monkeypatch.setattr(routes, "flash_kernel", lambda: "triton")  # JAX on a GPU
+    monkeypatch.setattr(routes.fused, "kernel", lambda *args, **kwargs: "cudnn")  # cuDNN there (none here)
     assert routes.choose(_call(implementation="flash", dropout=0.1)) == "flash"
-    assert routes.choose(_call(dropout=0.1)) == "exact"
-    assert routes.choose(_call(dropout=0.1, query_length=routes.CHUNKED_MIN_LENGTH)) == "chunked"
+    assert routes.choose(_call(dropout=0.1)) == "flash"
+    assert routes.choose(_call()) == "fused"  # no dropout: cuDNN first
+    assert routes.choose(_call(dtype="float32", key_dim=256, value_dim=256, dropout=0.1)) == "exact"  # untried size
+    assert routes.choose(_call(dropout=0.1, attention_bias=True)) == "exact"
+    assert routes.choose(_call(dropout=0.1, attention_bias=True, query_length=routes.CHUNKED_MIN_LENGTH)) == \
+        "chunked"
     assert routes.refusal("flash", _call(attention_bias=True)) == "it adds no bias to the logits; received an " \
                                                                   "attention_bias"
     assert routes.refusal("flash", _call(key_length=None)).startswith("its kernels are compiled for the lengths")
