@@ -30,7 +30,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The results pages (docs/results/), like benchmarks/README.md, are references themselves: each section gives the
 # command of its table. Their paths, bare script names and links are checked.
-RESULTS_FILES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "results").glob("*.md"))
+RESULTS_FILES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "results").rglob("*.md"))  # history/ too
 CLAIM_FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
                                     if not str(p.relative_to(ROOT)).startswith("docs/results/"))]
 LINK_FILES = [*CLAIM_FILES, *RESULTS_FILES, "benchmarks/README.md"]
