@@ -196,7 +196,14 @@ class BigBirdAttention(MultiHeadAttention):
     pattern_seed = property(lambda self: self._pattern_seed)
 
     def attention_mask(self, length):
-        """The dense (T, T) NumPy mask of this layer's pattern for sequences of ``length`` (:func:`bigbird_mask`)."""
+        """The dense (T, T) NumPy mask of this layer's pattern for sequences of ``length`` (:func:`bigbird_mask`).
+
+        Args:
+            length: T, the sequence length.
+
+        Returns:
+            A boolean NumPy array (T, T), True where a query may attend to a key.
+        """
         return bigbird_mask(length, self._block_size, self._num_global_blocks, self._num_random_blocks,
                             self._pattern_seed)
 

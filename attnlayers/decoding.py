@@ -94,7 +94,16 @@ class GreedySearch(Search):
     """
 
     def choose(self, logits, index, seed):
-        """(B, V) float32 logits -> (B,) int32 tokens (``index`` and ``seed`` are unused)."""
+        """The most probable token of each row.
+
+        Args:
+            logits: (B, V) float32 logits of the position being chosen.
+            index: the position (unused).
+            seed: (2,) uint32 seed (unused).
+
+        Returns:
+            (B,) int32 tokens.
+        """
         return ops.cast(ops.argmax(logits, axis=-1), "int32")
 
 
@@ -162,8 +171,18 @@ class Sampling(Search):
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
 
     def initial_seed(self, seed=None):
-        """The (2,) uint32 seed tensor from ``seed`` (an int, a scalar or (2,) integer tensor), else
-        ``self.seed``, else a fresh random int."""
+        """The (2,) uint32 seed tensor of a call.
+
+        Args:
+            seed: an int, two ints, a scalar or (2,) integer tensor, or None (then ``self.seed``, else a fresh random
+                int).
+
+        Returns:
+            (2,) uint32 tensor.
+
+        Raises:
+            ValueError: ``seed`` is not one of these (e.g. a string or a tensor of another shape).
+        """
         check_seed(seed)
         if seed is None:
             seed = self.seed
@@ -183,7 +202,19 @@ class Sampling(Search):
         return ops.cast(seed, "uint32")
 
     def choose(self, logits, index, seed):
-        """(B, V) float32 logits of position ``index`` and the (2,) seed -> (B,) int32 tokens."""
+        """A token drawn for each row from the filtered softmax(logits / temperature) (Gumbel-max).
+
+        Args:
+            logits: (B, V) float32 logits of position ``index``.
+            index: the position being chosen (int or scalar tensor); it indexes the noise.
+            seed: (2,) uint32 seed, as :meth:`initial_seed` returns it.
+
+        Returns:
+            (B,) int32 tokens.
+
+        Raises:
+            ValueError: ``top_p`` or tensor settings with logits whose vocabulary size V is not static.
+        """
         if self.dynamic:
             return self._choose_with_tensor_settings(logits, index, seed)
         logits = logits / self.temperature

@@ -568,7 +568,21 @@ class ReinforceModel(keras.Model):
             object.__setattr__(layer, "_reward_wired", True)
 
     def per_example_loss(self, y, y_pred, sample_weight=None):
-        """The compiled loss of every example, (B,) float32 (non-batch axes averaged, sample weights applied)."""
+        """The compiled loss of every example (non-batch axes averaged, sample weights applied): the reward of
+        the REINFORCE estimator.
+
+        Args:
+            y: (B, ...) targets (a single target).
+            y_pred: (B, ...) predictions (a single output).
+            sample_weight: (B,) or (B, ...) weights, or None.
+
+        Returns:
+            (B,) float32 losses.
+
+        Raises:
+            ValueError: no loss is compiled, the loss is nested or not a loss, or it returns a scalar instead of one
+                value per example.
+        """
         loss = self.loss
         if loss is None:
             raise ValueError(

@@ -160,7 +160,20 @@ class LocalAttention(Attention):
         return ops.exp(-ops.square(s - p) / (2.0 * sigma**2))  # eq. 10
 
     def compute_weights(self, logits, mask, *, query, value_mask, training, index=None):
-        """The masked implementation: logits (B, T, S) -> weights (B, T, S), zero outside the window."""
+        """The masked implementation: the softmax over the window around p_t, zero outside it (times the
+        Gaussian of eq. 10 for local-p), as :meth:`AttentionBase.compute_weights`.
+
+        Args:
+            logits: (B, T, S) scores.
+            mask: boolean, broadcastable to (B, T, S) (True = may attend), or None.
+            query: (B, T, Dq) the queries (local-p predicts p_t from them).
+            value_mask: (B, S) boolean padding mask of the source, or None.
+            training: whether the layer is training.
+            index: position of query 0 in the target sequence (None = 0).
+
+        Returns:
+            Weights (B, T, S).
+        """
         source_length = ops.shape(logits)[-1]
         p = self.aligned_positions(query, value_mask, source_length, index)
         s = ops.arange(source_length, dtype="float32")[None, None, :]

@@ -66,6 +66,16 @@ class AttentionOutputs(collections.namedtuple("AttentionOutputs", ["output", "sc
 
     @classmethod
     def unpack(cls, outputs, return_attention_scores=False, has_cache=False):
+        """The outputs of a call, as the tuple :meth:`pack` returns, read back into fields.
+
+        Args:
+            outputs: what the layer returned: ``output``, or a tuple ``(output[, scores][, cache])``.
+            return_attention_scores: the tuple holds the scores.
+            has_cache: the tuple ends with the cache.
+
+        Returns:
+            An :class:`AttentionOutputs` (absent parts None).
+        """
         if not (return_attention_scores or has_cache):
             return cls(outputs, None, None)
         outputs = tuple(outputs)
@@ -73,7 +83,15 @@ class AttentionOutputs(collections.namedtuple("AttentionOutputs", ["output", "sc
         return cls(outputs[0], scores, outputs[-1] if has_cache else None)
 
     def pack(self, return_attention_scores=False):
-        """``output``, ``(output, scores)``, ``(output, cache)`` or ``(output, scores, cache)``."""
+        """``output``, ``(output, scores)``, ``(output, cache)`` or ``(output, scores, cache)``.
+
+        Args:
+            return_attention_scores: include ``scores`` (B, N, T, S); the cache (B, 2, S_max, N_kv, H) is included
+                whenever it is not None.
+
+        Returns:
+            ``output`` (B, T, D) alone, or the tuple.
+        """
         parts = (self.output,) + ((self.scores,) if return_attention_scores else ())
         parts += () if self.cache is None else (self.cache,)
         return parts[0] if len(parts) == 1 else parts
@@ -470,11 +488,25 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def attention_implementation(self, query_length, key_length, *, dtype=None, return_attention_scores=False,
                                  cached=False, training=False):
-        """The route, "exact", "chunked", "fused" or "flash", that a call of T queries and S keys (None when not
-        static) in ``dtype`` (default: the layer's) with these arguments takes (``cached``: a cache is passed), e.g.
-        ``layer.attention_implementation(1024, 1024, dtype="bfloat16", training=True)``; a ValueError saying why
-        where ``implementation`` names a route that cannot compute it. A prediction (:func:`attnlayers.routes.choose`):
-        cuDNN may refuse a call while it is traced; :attr:`last_attention` records what a call took.
+        """The route, "exact", "chunked", "fused" or "flash", that a call with these sizes and arguments takes.
+
+        E.g. ``layer.attention_implementation(1024, 1024, dtype="bfloat16", training=True)``. A prediction
+        (:func:`attnlayers.routes.choose`): cuDNN may refuse a call while it is traced; :attr:`last_attention` records
+        what a call took.
+
+        Args:
+            query_length: T, the number of queries (None when not static).
+            key_length: S, the number of keys (None when not static).
+            dtype: the compute dtype of the call (default: the layer's).
+            return_attention_scores: the call asks for the (B, N, T, S) scores.
+            cached: a cache is passed.
+            training: the call trains (dropout on the weights).
+
+        Returns:
+            An :class:`attnlayers.routes.AttentionRoute`.
+
+        Raises:
+            ValueError: ``implementation`` names a route that cannot compute this call (the message says why).
         """
         return routes.choose(self._route_call(query_length, key_length, dtype or self.compute_dtype,
                                               return_attention_scores, cached, training))

@@ -121,10 +121,27 @@ class Score(keras.layers.Layer):
         check_rank(key_shape, 3, "key", "(batch, length, dim)")
 
     def prepare_keys(self, key):
-        """Per-sequence work on the keys, (B, S, Dk) -> whatever ``score`` takes."""
+        """Per-sequence work on the keys, done once and reused by every query (and every decoder step).
+
+        Args:
+            key: (B, S, Dk) keys.
+
+        Returns:
+            What :meth:`score` takes as ``keys``: the keys themselves here; a subclass may project or normalise them,
+            e.g. (B, S, Dq) for :class:`GeneralScore`.
+        """
         return key
 
     def score(self, query, keys):
+        """The logits of every (query, key) pair: the one method subclasses implement.
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: the keys as :meth:`prepare_keys` returned them, (B, S, ...).
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+        """
         raise NotImplementedError
 
     def call(self, query, key):
@@ -180,6 +197,15 @@ class DotScore(Score):
         _require_same_dim(query_shape, key_shape, "dot")
 
     def score(self, query, keys):
+        """``q . k`` for every pair (as :meth:`Score.score`).
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: the keys as :meth:`prepare_keys` returned them, (B, S, Dq).
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+        """
         return _batched_dot(query, keys)
 
 
@@ -203,6 +229,15 @@ class ScaledDotScore(Score):
         self._scale = self.scale if self.scale is not None else 1.0 / math.sqrt(key_shape[-1])
 
     def score(self, query, keys):
+        """``q . k / sqrt(d_k)`` for every pair (as :meth:`Score.score`).
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: the keys as :meth:`prepare_keys` returned them, (B, S, Dq).
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+        """
         # Scale the (B, T, D) query rather than the (B, T, S) logits: fewer multiplies when S > D.
         return _batched_dot(query * ops.cast(self._scale, query.dtype), keys)
 
@@ -239,11 +274,28 @@ class GeneralScore(Score):
         )
 
     def prepare_keys(self, key):
+        """``W_a k`` for every key (divided by sqrt(Dk) when ``scaled``), as :meth:`Score.prepare_keys`.
+
+        Args:
+            key: (B, S, Dk) keys.
+
+        Returns:
+            (B, S, Dq) projected keys.
+        """
         # (B, S, Dk) x (Dk, Dq) -> (B, S, Dq): W_a k for every key (and / sqrt(Dk) when scaled).
         keys = ops.matmul(key, ops.transpose(self._weight(self.kernel, key)))
         return keys * ops.cast(1.0 / math.sqrt(key.shape[-1]), keys.dtype) if self.scaled else keys
 
     def score(self, query, keys):
+        """``q . (W_a k)`` for every pair (as :meth:`Score.score`).
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: the keys as :meth:`prepare_keys` returned them, (B, S, Dq).
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+        """
         return _batched_dot(query, keys)
 
     def get_config(self):
@@ -283,6 +335,14 @@ class _PairwiseMLP(Score):
         return units
 
     def prepare_keys(self, key):
+        """``W_k k + b`` for every key: the key half of the first layer, as :meth:`Score.prepare_keys`.
+
+        Args:
+            key: (B, S, Dk) keys.
+
+        Returns:
+            (B, S, units) projected keys.
+        """
         return self.key_dense(key)
 
     def _hidden(self, query, keys):
@@ -324,6 +384,15 @@ class AdditiveScore(_PairwiseMLP):
         self.v = self.add_weight(name="v", shape=(units,), initializer=self.kernel_initializer)
 
     def score(self, query, keys):
+        """``v_a^T tanh(W_q q + W_k k)`` for every pair (as :meth:`Score.score`).
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: the keys as :meth:`prepare_keys` returned them, (B, S, units).
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+        """
         hidden = self._hidden(query, keys)
         return ops.einsum("btsu,u->bts", hidden, self._weight(self.v, hidden))
 
@@ -363,6 +432,15 @@ class MLPScore(_PairwiseMLP):
         self.output_dense.build(hidden_shape)
 
     def score(self, query, keys):
+        """The perceptron's output for every pair (as :meth:`Score.score`).
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: the keys as :meth:`prepare_keys` returned them, (B, S, units).
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+        """
         hidden = self._hidden(query, keys)
         for layer in self.hidden_layers:
             hidden = dense_last_axis(layer, hidden)
@@ -412,6 +490,18 @@ class LocationScore(Score):
             )
 
     def score(self, query, keys):
+        """``W_a h_t`` truncated to the S source positions (as :meth:`Score.score`).
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: (B, S, Dk) keys; only their length S is used.
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+
+        Raises:
+            ValueError: S (when static) is greater than ``max_length``.
+        """
         length = ops.shape(keys)[1]
         self._check_length(keys.shape[1])
         return dense_last_axis(self.dense, query)[..., :length]
@@ -460,9 +550,26 @@ class CosineScore(Score):
         return ops.cast(x32 / ops.sqrt(ops.sum(x32 * x32, axis=-1, keepdims=True) + self.epsilon**2), x.dtype)
 
     def prepare_keys(self, key):
+        """The keys scaled to unit norm, as :meth:`Score.prepare_keys`.
+
+        Args:
+            key: (B, S, Dk) keys.
+
+        Returns:
+            (B, S, Dk) normalised keys.
+        """
         return self._normalize(key)
 
     def score(self, query, keys):
+        """``cos(q, k) / tau`` for every pair (as :meth:`Score.score`).
+
+        Args:
+            query: (B, T, Dq) queries.
+            keys: the keys as :meth:`prepare_keys` returned them, (B, S, Dk).
+
+        Returns:
+            Logits (B, T, S), in the compute dtype.
+        """
         inv_tau = ops.exp(-ops.cast(self.log_temperature, "float32"))
         return _batched_dot(self._normalize(query) * ops.cast(inv_tau, query.dtype), keys)
 

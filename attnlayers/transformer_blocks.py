@@ -254,6 +254,17 @@ class DecoderBlockOutputs(
 
     @classmethod
     def unpack(cls, result, has_self_cache=False, has_cross=False, return_attention_scores=False):
+        """The result of a call, as the tuple :meth:`pack` returns, read back into fields.
+
+        Args:
+            result: what the block returned: ``outputs``, or the tuple of :meth:`pack`.
+            has_self_cache: the tuple holds the self-attention cache.
+            has_cross: the tuple holds the cross-attention cache too (after the self-attention cache).
+            return_attention_scores: the tuple ends with the scores dict.
+
+        Returns:
+            A :class:`DecoderBlockOutputs` (absent parts None).
+        """
         if not (has_self_cache or return_attention_scores):
             return cls(result, None, None, None)
         result = tuple(result)
@@ -267,7 +278,16 @@ class DecoderBlockOutputs(
 
     def pack(self, has_self_cache=False, has_cross=False, return_attention_scores=False):
         """``outputs``; with a self-attention cache ``(outputs, self_attention_cache[, cross_attention_cache])``
-        (keras-hub's order); with the scores dict appended when requested."""
+        (keras-hub's order); with the scores dict appended when requested.
+
+        Args:
+            has_self_cache: include the self-attention cache.
+            has_cross: include the cross-attention cache (only with ``has_self_cache``).
+            return_attention_scores: append the scores dict.
+
+        Returns:
+            ``outputs`` (B, T, d_model) alone, or the tuple.
+        """
         parts = (self.outputs,)
         if has_self_cache:
             parts += (self.self_attention_cache,) + ((self.cross_attention_cache,) if has_cross else ())

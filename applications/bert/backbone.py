@@ -194,11 +194,21 @@ class BertBackbone(keras.Model):
         return x, hidden_states
 
     def features(self, inputs, combination="last", training=None):
-        """Per-token features from the hidden states (Devlin et al. 2019, table 7), (B, T, d) or (B, T, 4 d).
+        """Per-token features from the hidden states (Devlin et al. 2019, table 7).
 
-        combination: "last" (the final layer), "second_to_last", "sum_last_four", "concat_last_four" (the
-        last four layers concatenated, the paper's best feature-based NER input), "sum_all" (the N layers,
-        not the embeddings) or "embeddings".
+        Args:
+            inputs: as the call: a dict with "token_ids" int (B, T) (optional "segment_ids", "padding_mask"), or the
+                (B, T) token ids.
+            combination: "last" (the final layer), "second_to_last", "sum_last_four", "concat_last_four" (the last
+                four layers concatenated, the paper's best feature-based NER input), "sum_all" (the N layers, not the
+                embeddings) or "embeddings".
+            training: whether dropout is active.
+
+        Returns:
+            (B, T, d), or (B, T, 4 d) for "concat_last_four".
+
+        Raises:
+            ValueError: an unknown ``combination``, or one that needs more layers than the model has.
         """
         if combination not in FEATURES:
             raise ValueError(f"Unknown `combination` {combination!r}; expected one of {FEATURES}.")

@@ -150,12 +150,25 @@ class BertConfig:
 
     @classmethod
     def preset(cls, name, family="bert", **overrides):
-        """The named configuration (:data:`PRESETS`: tiny, mini, small, medium, base, large), d_ff = 4 d and
-        V = 30,522 unless ``overrides`` say otherwise, with ``family``'s architecture (:data:`FAMILIES`):
+        """The named configuration with ``family``'s architecture.
+
+        The sizes of :data:`PRESETS` (tiny, mini, small, medium, base, large), d_ff = 4 d and V = 30,522 unless
+        ``overrides`` say otherwise, and the architecture of :data:`FAMILIES`:
 
             BertConfig.preset("base", family="roberta")               # roberta-base: 124,645,632 weights
             BertConfig.preset("base", family="albert")                # albert-base-v2: 11,683,584
             BertConfig.preset("base", family="distilbert", num_layers=6)   # distilbert-base: 66,362,880
+
+        Args:
+            name: a key of :data:`PRESETS`.
+            family: a key of :data:`FAMILIES` ("bert", "roberta", "albert", ...).
+            **overrides: fields that replace the preset's.
+
+        Returns:
+            A :class:`BertConfig`.
+
+        Raises:
+            ValueError: an unknown preset or family.
         """
         if name not in PRESETS:
             raise ValueError(f"Unknown BERT preset {name!r}; expected one of {sorted(PRESETS)}.")
@@ -166,7 +179,17 @@ class BertConfig:
 
     @classmethod
     def of(cls, config):
-        """``config`` as a BertConfig: a BertConfig, a dict of its fields, a preset name, or None (tiny)."""
+        """``config`` as a BertConfig.
+
+        Args:
+            config: a BertConfig, a dict of its fields, a preset name, or None (tiny).
+
+        Returns:
+            A :class:`BertConfig`.
+
+        Raises:
+            ValueError: unknown fields, an unknown preset, or anything else than these four kinds.
+        """
         return config_of(cls, config)
 
     def parameter_count(self, pooler=True):
@@ -177,6 +200,12 @@ class BertConfig:
         pooler: d^2 + d. BERT-Base: 109,482,240; BERT-Large: 335,141,888.
         With ALBERT's options the tables are E wide, plus the projection E d + d, and G sets of layer weights
         instead of N; without a pooler (``pooler=False`` here or in the config) its d^2 + d are not counted.
+
+        Args:
+            pooler: count the pooler (when the config has one).
+
+        Returns:
+            The count, an int.
         """
         d, f = self.hidden_dim, self.intermediate_dim
         e = self.embedding_dim or d

@@ -100,7 +100,15 @@ class BertClassifier(_FineTuningTask):
                                **kwargs):
         """``compile`` with :func:`bert_optimizer` (peak ``learning_rate``: BERT tries 5e-5, 3e-5, 2e-5; linear
         warm-up over ``warmup_steps``, linear decay to 0 at ``total_steps`` if given), sparse cross-entropy from
-        logits and accuracy. ``kwargs`` go to ``compile``."""
+        logits and accuracy.
+
+        Args:
+            learning_rate: the peak learning rate.
+            warmup_steps: linear warm-up steps.
+            total_steps: the step at which the rate has decayed linearly to 0, or None (no decay).
+            weight_decay: decoupled weight decay (not on LayerNorm weights and biases).
+            **kwargs: more ``compile`` arguments.
+        """
         self._compile(learning_rate, warmup_steps, total_steps, weight_decay,
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       [keras.metrics.SparseCategoricalAccuracy(name="accuracy")], **kwargs)
@@ -268,7 +276,15 @@ class BertTokenClassifier(_FineTuningTask):
     def compile_for_finetuning(self, learning_rate=5e-5, warmup_steps=0, total_steps=None, weight_decay=0.01,
                                **kwargs):
         """``compile`` with :func:`bert_optimizer`, sparse cross-entropy from logits over the labelled tokens
-        (``ignore_class=IGNORE_LABEL``) and :class:`TokenAccuracy`. ``kwargs`` go to ``compile``."""
+        (``ignore_class=IGNORE_LABEL``) and :class:`TokenAccuracy`.
+
+        Args:
+            learning_rate: the peak learning rate.
+            warmup_steps: linear warm-up steps.
+            total_steps: the step at which the rate has decayed linearly to 0, or None (no decay).
+            weight_decay: decoupled weight decay (not on LayerNorm weights and biases).
+            **kwargs: more ``compile`` arguments.
+        """
         self._compile(learning_rate, warmup_steps, total_steps, weight_decay,
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_LABEL),
                       [TokenAccuracy()], **kwargs)
@@ -329,7 +345,15 @@ class BertSpanQA(_FineTuningTask):
     def compile_for_finetuning(self, learning_rate=5e-5, warmup_steps=0, total_steps=None, weight_decay=0.01,
                                **kwargs):
         """``compile`` with :func:`bert_optimizer`, the loss (CE(start) + CE(end)) / 2 and the start / end
-        accuracies. ``kwargs`` go to ``compile``."""
+        accuracies.
+
+        Args:
+            learning_rate: the peak learning rate.
+            warmup_steps: linear warm-up steps.
+            total_steps: the step at which the rate has decayed linearly to 0, or None (no decay).
+            weight_decay: decoupled weight decay (not on LayerNorm weights and biases).
+            **kwargs: more ``compile`` arguments.
+        """
         self.compile(
             optimizer=bert_optimizer(learning_rate, warmup_steps, total_steps, weight_decay),
             loss={"start": keras.losses.SparseCategoricalCrossentropy(from_logits=True),

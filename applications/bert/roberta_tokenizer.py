@@ -73,6 +73,13 @@ class RobertaTokenizer(ByteLevelBPE):
         tokenizer_config.json's ``add_prefix_space`` and the special tokens' lstrip / rstrip (keyword arguments
         override them).
 
+        Args:
+            directory: the Hugging Face tokenizer directory.
+            **kwargs: constructor arguments, overriding those read from the directory.
+
+        Returns:
+            The tokenizer.
+
         Raises:
             ValueError: naming the missing file.
         """
@@ -130,7 +137,22 @@ class RobertaTokenizer(ByteLevelBPE):
         return self.bpe.detokenize(ids.with_flat_values(self._checked(ids.flat_values)))
 
     def pack(self, segments_a, segments_b=None, *, sequence_length: int):
-        """`pack_roberta` with this tokenizer's special tokens."""
+        """`pack_roberta` with this tokenizer's special tokens: ``<s> A </s>(</s> B </s>)``, segment ids 0, ``<pad>``.
+
+        Args:
+            segments_a: token ids of the first segments: a (B, None) ``tf.RaggedTensor``, a (B, T) tensor, a list of
+                lists, or one example (T,).
+            segments_b: the second segments, the same way; None packs single segments.
+            sequence_length: L, the packed length.
+
+        Returns:
+            ``{"token_ids": int32 (B, L), "segment_ids": int32 (B, L), "padding_mask": bool (B, L)}`` (each (L,) for
+            one example).
+
+        Raises:
+            ValueError: the segments are not integer token ids, A and B have different batch sizes, or
+                ``sequence_length`` leaves no room for the special tokens.
+        """
         return pack_roberta(segments_a, segments_b, sequence_length=sequence_length, tokenizer=self)
 
 

@@ -247,7 +247,18 @@ class BertTokenizer(TokenLookup):
     @classmethod
     def from_directory(cls, directory, **kwargs) -> BertTokenizer:
         """The tokenizer of a Hugging Face BERT directory: its vocab.txt, with `read_tokenizer_options`' options
-        (keyword arguments override them)."""
+        (keyword arguments override them).
+
+        Args:
+            directory: the Hugging Face tokenizer directory.
+            **kwargs: constructor arguments, overriding those read from the directory.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            ValueError: naming the missing file.
+        """
         path = os.path.join(directory, "vocab.txt")
         if not os.path.exists(path):
             raise ValueError(f"`directory` must hold a vocab.txt; {path!r} does not exist.")
@@ -258,7 +269,22 @@ class BertTokenizer(TokenLookup):
         return (self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
 
     def pack(self, segments_a, segments_b=None, *, sequence_length: int):
-        """`pretraining_data.pack` with this tokenizer: ``[CLS] A [SEP] (B [SEP])``, segment ids 0 / 1, [PAD]."""
+        """`pretraining_data.pack` with this tokenizer: ``[CLS] A [SEP] (B [SEP])``, segment ids 0 / 1, [PAD].
+
+        Args:
+            segments_a: token ids of the first segments: a (B, None) ``tf.RaggedTensor``, a (B, T) tensor, a list of
+                lists, or one example (T,).
+            segments_b: the second segments, the same way; None packs single segments.
+            sequence_length: L, the packed length.
+
+        Returns:
+            ``{"token_ids": int32 (B, L), "segment_ids": int32 (B, L), "padding_mask": bool (B, L)}`` (each (L,) for
+            one example).
+
+        Raises:
+            ValueError: the segments are not integer token ids, A and B have different batch sizes, or
+                ``sequence_length`` leaves no room for the special tokens.
+        """
         from .pretraining_data import pack
 
         return pack(segments_a, segments_b, sequence_length=sequence_length, tokenizer=self)
@@ -269,7 +295,11 @@ class BertTokenizer(TokenLookup):
         return list(self._vocabulary)
 
     def save_vocabulary(self, path) -> None:
-        """Writes vocab.txt: one token a line, in id order (readable by this class and by Hugging Face)."""
+        """Writes vocab.txt: one token a line, in id order (readable by this class and by Hugging Face).
+
+        Args:
+            path: the file to write.
+        """
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(token + "\n" for token in self._vocabulary)
 

@@ -220,8 +220,19 @@ class ImageEncoder(keras.layers.Layer):
             self.position_embedding.build((None, self._grid[0] * self._grid[1], self.feature_dim))
 
     def check_input(self, inputs, name="images"):
-        """``inputs`` as a tensor: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone; else a
-        ValueError."""
+        """``inputs`` as a tensor: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+
+        Args:
+            inputs: (B, S, S, 3) images, or (B, L, D) precomputed features (frozen backbone only).
+            name: the argument's name in the errors.
+
+        Returns:
+            The tensor, (B, S, S, 3) or (B, L, D).
+
+        Raises:
+            ValueError: features of the wrong shape, features given to a fine-tuned backbone, images that are not
+                (B, H, W, 3), or a static empty batch.
+        """
         x = ops.convert_to_tensor(inputs)
         if len(x.shape) == 3 and self.frozen:
             if not self.built:
@@ -241,7 +252,18 @@ class ImageEncoder(keras.layers.Layer):
         return x
 
     def extract(self, images, training=None):
-        """The backbone alone: (B, S, S, 3) -> (B, L, D) features, before the position embedding."""
+        """The backbone alone, before the position embedding.
+
+        Args:
+            images: (B, S, S, 3) pixel values 0..255, S = ``image_size``.
+            training: whether dropout / batch-norm training is active (a frozen backbone stays in inference).
+
+        Returns:
+            (B, L, D) features, L = the grid's positions.
+
+        Raises:
+            ValueError: ``images`` are not (B, H, W, 3) or not ``image_size`` x ``image_size``.
+        """
         x = check_images(images)
         if x.shape[1] is not None and (x.shape[1], x.shape[2]) != (self.image_size, self.image_size):
             raise ValueError(f"`images` must be {self.image_size} x {self.image_size} (resize them first); "

@@ -179,6 +179,18 @@ class _CaptionerBase(Seq2SeqGenerator):
         self.dropout = keras.layers.Dropout(dropout)
 
     def check_source(self, inputs):
+        """The images as the encoder reads them (as :meth:`Seq2SeqGenerator.check_source`).
+
+        Args:
+            inputs: (B, S, S, 3) pixel values 0..255 (eager values are checked against the pixel rule of
+                :func:`check_pixel_values`), or (B, L, D) features of a frozen backbone.
+
+        Returns:
+            The checked tensor, (B, S, S, 3) or (B, L, D).
+
+        Raises:
+            ValueError: ``inputs`` is None, breaks the pixel rule, or has the wrong shape.
+        """
         if inputs is None:
             raise ValueError("`images` are required: pixel values of shape (batch, height, width, 3) (uint8 0..255); "
                              "received None.")
@@ -188,6 +200,19 @@ class _CaptionerBase(Seq2SeqGenerator):
         return self.encoder.check_input(inputs)
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        """As :meth:`Seq2SeqGenerator.generation_inputs` (images have no padding).
+
+        Args:
+            inputs: (B, S, S, 3) images (or (B, L, D) features of a frozen backbone).
+            padding_mask: must be None.
+            max_length: L, the output length (sizes the caches).
+
+        Returns:
+            ``{"prompt": (B, 1) int32 start tokens, "cache": nest}``.
+
+        Raises:
+            ValueError: a ``padding_mask`` is given, or the images are malformed.
+        """
         if padding_mask is not None:  # images have no padding: a mask would be silently ignored
             raise ValueError(
                 f"Captioners generate from images, which have no padding: `padding_mask` must be None; received a "
@@ -206,7 +231,14 @@ class _CaptionerBase(Seq2SeqGenerator):
         return self.encoder.check_input(inputs[0]), check_token_ids(inputs[1], "caption_in")
 
     def compile_for_captioning(self, learning_rate=1e-3, label_smoothing=0.0, clipnorm=5.0, **kwargs):
-        """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy` (pad masked)."""
+        """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy` (pad masked).
+
+        Args:
+            learning_rate: Adam's learning rate (a float or a schedule).
+            label_smoothing: the loss's label smoothing.
+            clipnorm: Adam's gradient-norm clipping, or None.
+            **kwargs: more ``compile`` arguments.
+        """
         self.compile(optimizer=keras.optimizers.Adam(learning_rate, clipnorm=clipnorm),
                      loss=MaskedCrossEntropy(label_smoothing, pad_token_id=self.pad_token_id),
                      metrics=[MaskedAccuracy(pad_token_id=self.pad_token_id)], **kwargs)
@@ -247,7 +279,15 @@ class _Captioner(_CaptionerBase):
         self.output_layer = keras.layers.Dense(vocabulary_size, name="L_o")
 
     def encode(self, images, training=None):
-        """(B, S, S, 3) -> annotations (B, L, D) and the initial LSTM state [h_0, c_0], each (B, units)."""
+        """The annotations and the initial LSTM state (Xu et al. section 3.1.2).
+
+        Args:
+            images: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+            training: whether dropout is active.
+
+        Returns:
+            ``(annotations, [h_0, c_0])``: annotations (B, L, D), h_0 and c_0 each (B, units).
+        """
         annotations = self.encoder(images, training=training)
         mean = ops.mean(annotations, axis=1)
         return annotations, [self.init_h(mean), self.init_c(mean)]
@@ -372,19 +412,47 @@ class ShowAttendTell(_Captioner):
         return logits
 
     def initial_cache(self, images, max_length=None):
+        """The decoder's state before the first step (as :meth:`GenerativeModel.initial_cache`).
+
+        Args:
+            images: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+            max_length: unused (an RNN's state does not grow).
+
+        Returns:
+            The :class:`ShowAttendTellDecoder` cache: the LSTM states [h, c] (B, units), the annotations (B, L, D) and
+            their prepared keys and mask (:meth:`attnlayers.AttentionRNNDecoder.initial_cache`).
+        """
         annotations, state = self.encode(images)
         if not self.decoder.built:  # decoding before any teacher-forced call
             self.decoder.build((None, None, self.embedding_dim), tuple(annotations.shape))
         return self.decoder.initial_cache(annotations, initial_state=state)
 
     def next(self, tokens, cache, index):
+        """One decoding step (as :meth:`GenerativeModel.next`).
+
+        Args:
+            tokens: (B, L) int32 token ids; position ``index - 1`` is read.
+            cache: the state of :meth:`initial_cache` or of the previous step.
+            index: () int32, the position being predicted.
+
+        Returns:
+            ``(logits (B, V), cache)``.
+        """
         y = self.embedding(ops.take(tokens, index - 1, axis=1))
         output, cache, _ = self.decoder.step(y, cache, index - 1)
         return self._logits(y, output), cache
 
     def attention_maps(self, images, caption_in):
-        """(B, T, L) attention weights under teacher forcing (inference weights: hard attention's
-        ``inference``); row t is the map used to predict word t of ``caption_out``."""
+        """The attention weights under teacher forcing (inference weights: hard attention's ``inference``); row t
+        is the map used to predict word t of ``caption_out``.
+
+        Args:
+            images: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+            caption_in: (B, T) int decoder inputs ([START] + caption).
+
+        Returns:
+            (B, T, L) weights.
+        """
         images, caption_in = self.encoder.check_input(images), check_token_ids(caption_in, "caption_in")
         return self._decode(images, caption_in)[2]
 
@@ -428,16 +496,45 @@ class ShowAndTell(_Captioner):
         return self._logits(y, ops.concatenate([h, fed], -1), training=training)
 
     def initial_cache(self, images, max_length=None):
+        """The LSTM state before the first step and the mean annotation fed at every step (as
+        :meth:`GenerativeModel.initial_cache`).
+
+        Args:
+            images: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+            max_length: unused (an RNN's state does not grow).
+
+        Returns:
+            ``{"states": [h_0, c_0] each (B, units), "mean": (B, D)}``.
+        """
         annotations, state = self.encode(images)
         return {"states": state, "mean": ops.mean(annotations, axis=1)}
 
     def next(self, tokens, cache, index):
+        """One decoding step (as :meth:`GenerativeModel.next`).
+
+        Args:
+            tokens: (B, L) int32 token ids; position ``index - 1`` is read.
+            cache: the state of :meth:`initial_cache` or of the previous step.
+            index: () int32, the position being predicted.
+
+        Returns:
+            ``(logits (B, V), cache)``.
+        """
         y = self.embedding(ops.take(tokens, index - 1, axis=1))
         h, states = self.cell(ops.concatenate([y, cache["mean"]], -1), cache["states"])
         logits = self._logits(y, ops.concatenate([h, cache["mean"]], -1))
         return logits, {"states": keras.tree.flatten(states), "mean": cache["mean"]}
 
     def attention_maps(self, images, caption_in):
+        """None: the baseline has no attention (as :meth:`GenerativeModel.attention_maps`).
+
+        Args:
+            images: unused.
+            caption_in: unused.
+
+        Returns:
+            None.
+        """
         return None
 
 
@@ -476,7 +573,15 @@ class TransformerCaptioner(_CaptionerBase):
         return self.max_length
 
     def encode(self, images, training=None):
-        """(B, S, S, 3) -> memory (B, L, d_model)."""
+        """The annotations projected to ``d_model``: the decoder's memory.
+
+        Args:
+            images: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+            training: whether dropout is active.
+
+        Returns:
+            (B, L, d_model) memory.
+        """
         return self.project(self.encoder(images, training=training))
 
     def call(self, inputs, training=None):
@@ -491,7 +596,16 @@ class TransformerCaptioner(_CaptionerBase):
         return (batch, self.num_layers, 2, length, self.num_heads, self.d_model // self.num_heads)
 
     def initial_cache(self, images, max_length=None):
-        """{"self": (B, N, 2, max_length, heads, head_dim) zeros, "cross": the memory's keys and values}."""
+        """The caches before the first step, [START] written at slot 0 (as :meth:`GenerativeModel.initial_cache`).
+
+        Args:
+            images: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+            max_length: the length of the self-attention cache (default: the model's ``max_length``).
+
+        Returns:
+            ``{"self": (B, num_layers, 2, max_length, heads, head_dim), "cross": (B, num_layers, 2, L, heads,
+            head_dim)}``: the self-attention cache and the memory's keys and values.
+        """
         memory = self.encode(images)
         batch, length = ops.shape(memory)[0], ops.shape(memory)[1]
         start = self.embedding(ops.full((batch, 1), self.start_token_id, "int32"))
@@ -505,6 +619,16 @@ class TransformerCaptioner(_CaptionerBase):
         return {"self": out["self_attention_cache"], "cross": out["cross_attention_cache"]}
 
     def next(self, tokens, cache, index):
+        """One decoding step (as :meth:`GenerativeModel.next`).
+
+        Args:
+            tokens: (B, L) int32 token ids; position ``index - 1`` is read.
+            cache: the state of :meth:`initial_cache` or of the previous step.
+            index: () int32, the position being predicted.
+
+        Returns:
+            ``(logits (B, V), cache)``.
+        """
         token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1)
         y = self.embedding(token, start_index=index - 1)
         out = self.decoder(y, None, self_attention_cache=cache["self"], self_attention_cache_update_index=index - 1,
@@ -513,7 +637,15 @@ class TransformerCaptioner(_CaptionerBase):
         return logits, {"self": out["self_attention_cache"], "cross": out["cross_attention_cache"]}
 
     def attention_maps(self, images, caption_in):
-        """(B, T, L): the last decoder layer's cross-attention, averaged over the heads."""
+        """The last decoder layer's cross-attention under teacher forcing, averaged over the heads.
+
+        Args:
+            images: (B, S, S, 3) images, or (B, L, D) features of a frozen backbone.
+            caption_in: (B, T) int decoder inputs ([START] + caption).
+
+        Returns:
+            (B, T, L) weights.
+        """
         caption_in = check_token_ids(caption_in, "caption_in")
         memory = self.encode(self.encoder.check_input(images))
         out = self.decoder(self.embedding(caption_in), memory,

@@ -69,31 +69,84 @@ class GenerativeModel(keras.Model):
     # -- to implement --------------------------------------------------------------------------------------
 
     def encode(self, inputs, training=None):
-        """The encoder's output for ``inputs`` (models with an encoder)."""
+        """The encoder's output for ``inputs`` (models with an encoder).
+
+        Args:
+            inputs: what the encoder reads: source ids (B, S) int (translators), images (B, H, W, C) (captioners),
+                pixels or patches (vision).
+            training: whether dropout is active.
+
+        Returns:
+            The encoder memory, e.g. (B, S, D) (each model says what it returns).
+        """
         raise NotImplementedError(f"{type(self).__name__} has no encoder (`encode` is not implemented).")
 
     def initial_cache(self, inputs, max_length=None):
-        """The decoding state before the first step: a nest of tensors, batch on axis 0."""
+        """The decoding state before the first step: a nest of tensors, batch on axis 0.
+
+        Args:
+            inputs: the checked source (seq2seq models: what :meth:`Seq2SeqGenerator.check_source` returns) or prompt.
+            max_length: L, the longest sequence the cache must hold (key / value caches are sized for it), or None.
+
+        Returns:
+            A nest of tensors, batch B on axis 0 (encoder memory, key / value caches, RNN states), that :meth:`next`
+            takes and returns.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement `initial_cache(inputs, max_length)`.")
 
     def next(self, tokens, cache, index):
-        """One decoding step: tokens (B, L) int32, index () int32 -> (logits (B, V), cache)."""
+        """One decoding step: the distribution of position ``index`` given ``tokens[:, :index]``.
+
+        Args:
+            tokens: (B, L) int32 token ids; only the positions before ``index`` are read.
+            cache: the state :meth:`initial_cache` (or the previous step) returned.
+            index: () int32, the position being predicted.
+
+        Returns:
+            ``(logits, cache)``: logits (B, V) of position ``index`` and the updated cache (same structure).
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement `next(tokens, cache, index)`.")
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
-        """``inputs`` -> ``{"prompt": (B, P) int, "cache": nest, optional "prompt_mask": (B, P) bool}``."""
+        """What :meth:`generate` decodes from: the prompt, the cache and the prompt's mask.
+
+        Args:
+            inputs: source ids (B, S) of a seq2seq model, a prompt (B, P) of a decoder-only one.
+            padding_mask: (B, P) bool, True at real tokens of right-padded prompts, or None.
+            max_length: L, the output length (sizes the caches).
+
+        Returns:
+            ``{"prompt": (B, P) int32, "cache": nest, optional "prompt_mask": (B, P) bool}``.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} must implement `generation_inputs(inputs, padding_mask, max_length)`."
         )
 
     def attention_maps(self, *inputs):
-        """The model's attention weights for ``inputs`` (for alignment pictures)."""
+        """The model's attention weights for ``inputs`` (for alignment pictures).
+
+        Args:
+            *inputs: the model's inputs, as its subclass documents them (e.g. source ids (B, S) and target ids (B, T)).
+
+        Returns:
+            The weights, e.g. (B, T, S) (each model says what it returns).
+        """
         raise NotImplementedError(f"{type(self).__name__} does not expose attention maps.")
 
     # -- written once ----------------------------------------------------------------------------------------
 
     def generation_length(self, max_length=None):
-        """``max_length`` checked against ``max_generation_length`` (its default when None)."""
+        """``max_length`` checked against ``max_generation_length`` (its default when None).
+
+        Args:
+            max_length: L, the output length, or None (``max_generation_length``, else ``default_max_length``).
+
+        Returns:
+            L, an int.
+
+        Raises:
+            ValueError: ``max_length`` is not a positive integer, or exceeds ``max_generation_length``.
+        """
         limit = self.max_generation_length
         if max_length is None:
             max_length = limit or self.default_max_length
@@ -167,7 +220,17 @@ class Seq2SeqGenerator(GenerativeModel):
     """
 
     def check_source(self, inputs):
-        """``inputs`` as the source ``initial_cache`` reads (batch on axis 0): int32 ids (B, S) here."""
+        """``inputs`` as the source :meth:`~GenerativeModel.initial_cache` reads (batch on axis 0).
+
+        Args:
+            inputs: source token ids (B, S), of an integer dtype.
+
+        Returns:
+            (B, S) int32 ids.
+
+        Raises:
+            ValueError: ``inputs`` is not of rank 2.
+        """
         source_ids = ops.cast(ops.convert_to_tensor(inputs), "int32")
         if len(source_ids.shape) != 2:
             raise ValueError(
@@ -176,6 +239,20 @@ class Seq2SeqGenerator(GenerativeModel):
         return source_ids
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
+        """The prompt ``[start_token_id]`` for every row and the cache of ``initial_cache(source, max_length)``
+        (as :meth:`GenerativeModel.generation_inputs`).
+
+        Args:
+            inputs: the source, as :meth:`check_source` takes it (ids (B, S) here).
+            padding_mask: unused (the source's padding is ``pad_token_id``).
+            max_length: L, the output length (sizes the caches).
+
+        Returns:
+            ``{"prompt": (B, 1) int32, "cache": nest}``.
+
+        Raises:
+            ValueError: the model has no ``start_token_id``, or the source is malformed.
+        """
         if self.start_token_id is None:
             raise ValueError(f"{type(self).__name__} needs a `start_token_id` to generate; received None.")
         source = self.check_source(inputs)

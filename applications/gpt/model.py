@@ -221,7 +221,18 @@ class GPTConfig:
     def preset(cls, name, **overrides):
         """The GPT-2 size ``name`` of :data:`GPT_PRESETS` (tiny, small, medium, large, xl) with GPT-2's
         vocabulary (50,257), 1,024 positions, d_ff = 4 d, dropout 0.1 and LayerNorm epsilon 1e-5, unless
-        ``overrides`` (other GPTConfig fields) say otherwise."""
+        ``overrides`` (other GPTConfig fields) say otherwise.
+
+        Args:
+            name: a key of :data:`GPT_PRESETS`.
+            **overrides: GPTConfig fields that replace the preset's.
+
+        Returns:
+            A :class:`GPTConfig`.
+
+        Raises:
+            ValueError: an unknown preset, or overrides that are not GPTConfig fields.
+        """
         if name not in GPT_PRESETS:
             raise ValueError(f"Unknown GPT preset {name!r}; expected one of {list(GPT_PRESETS)}.")
         layers, hidden, heads = GPT_PRESETS[name]
@@ -451,11 +462,19 @@ class GPT(GenerativeModel):
         return logits
 
     def get_quantization_layer_structure(self, mode=None):
-        """Keras' hook for the structure-aware quantizers (``model.quantize("gptq" | "awq", config=...)``): the
-        layers that map token ids to the first block's input (GPT-2's token + position embedding, LLaMA's token
+        """Keras' hook for the structure-aware quantizers (``model.quantize("gptq" | "awq", config=...)``).
+
+        The layers that map token ids to the first block's input (GPT-2's token + position embedding, LLaMA's token
         table) and the decoder blocks, which GPTQ quantizes one after the other on calibration activations (Frantar
         et al. 2023, Algorithm 1). Each block called alone is causal at positions 0..T-1 (RoPE included). The
-        token table / output projection and the final norm are not in a block, so GPTQ leaves them float."""
+        token table / output projection and the final norm are not in a block, so GPTQ leaves them float.
+
+        Args:
+            mode: the quantization mode.
+
+        Returns:
+            ``{"pre_block_layers": [embedding], "sequential_blocks": [blocks]}`` for "gptq" and "awq", else None.
+        """
         if mode not in ("gptq", "awq"):
             return None
         embedding = self.token_embedding if self.config.architecture == "llama" else self.embedding
@@ -469,7 +488,14 @@ class GPT(GenerativeModel):
         which a call goes to ``quantized_call`` and the wrapper never runs: the Hessian stays 0, so GPTQ is
         round-to-nearest, and AWQ's scale search sees no activations (fixed upstream by keras-team/keras#23512).
         Here each block projection's ``quantized_call`` goes through ``call`` until the layer is calibrated (its
-        float kernel either way), so the wrappers see the calibration inputs; other modes are Keras' own."""
+        float kernel either way), so the wrappers see the calibration inputs; other modes are Keras' own.
+
+        Args:
+            mode: "int8", "int4", "float8", "gptq", "awq", ... (or None with a ``config`` that names it).
+            config: the quantization config (GPTQ's and AWQ's hold the calibration data), or None.
+            filters: which layers to quantize (Keras' ``filters``), or None.
+            **kwargs: more ``Model.quantize`` arguments.
+        """
         resolved = mode if mode is not None else getattr(config, "mode", None)
         if resolved not in ("gptq", "awq"):
             return super().quantize(mode, config=config, filters=filters, **kwargs)
@@ -494,9 +520,15 @@ class GPT(GenerativeModel):
         return float_rows(table)
 
     def vocabulary_view(self, weight):
-        """``weight`` as checkpoints see it: a padded vocabulary table (``vocabulary_padding``) as a
-        :class:`VocabularyView` of its V real rows (or columns, for ``lm_head``'s kernel); any other weight
-        itself."""
+        """``weight`` as checkpoints see it.
+
+        Args:
+            weight: a variable of the model.
+
+        Returns:
+            A padded vocabulary table (``vocabulary_padding``) as a :class:`VocabularyView` of its V real rows (or
+            columns, for ``lm_head``'s kernel); any other weight itself.
+        """
         c = self.config
         if c.padded_vocabulary_size == c.vocabulary_size:
             return weight
@@ -506,9 +538,23 @@ class GPT(GenerativeModel):
         return VocabularyView(weight, c.vocabulary_size, axis=0) if weight is table.embeddings else weight
 
     def hidden_states(self, token_ids, padding_mask=None, training=None):
-        """(B, T) token ids (or ``call``'s dict) -> (B, T, d), the final hidden states (after the last norm):
-        ``call`` without the output projection. With :attr:`output_matrix`, the input of
-        :func:`attnlayers.chunked_cross_entropy` in a custom training loop."""
+        """The final hidden states (after the last norm): ``call`` without the output projection.
+
+        With :attr:`output_matrix`, the input of :func:`attnlayers.chunked_cross_entropy` in a custom training loop.
+
+        Args:
+            token_ids: (B, T) int token ids, or ``call``'s dict ``{"token_ids", optional "padding_mask"}``.
+            padding_mask: (B, T) bool, True at real tokens, or None.
+            training: whether dropout is active.
+
+        Returns:
+            (B, T, d) hidden states.
+
+        Raises:
+            ValueError: a dict without ``token_ids`` or with other keys (or with a ``padding_mask`` passed again),
+                token ids that are not (B, T) integers or lie outside [0, V) (eager values), T >
+                ``max_sequence_length``, or a ``padding_mask`` of another shape or a float dtype.
+        """
         if isinstance(token_ids, dict):  # fit's x = {"token_ids", "padding_mask"}, as keras-hub's GPT2CausalLM takes
             unknown = sorted(set(token_ids) - {"token_ids", "padding_mask"})
             if "token_ids" not in token_ids or unknown or padding_mask is not None:
@@ -585,9 +631,16 @@ class GPT(GenerativeModel):
         return out["self_attention_cache"]
 
     def next(self, tokens, cache, index):
-        """One cached step: ``tokens`` (B, L), ``cache`` from :meth:`initial_cache`, ``index`` the scalar
-        position to predict -> (logits (B, V) of position ``index``, the cache with entry ``index - 1``
-        written)."""
+        """One cached step (as :meth:`GenerativeModel.next`).
+
+        Args:
+            tokens: (B, L) int32 token ids; position ``index - 1`` is read.
+            cache: (B, num_layers, 2, L, num_key_value_heads, head_dim), from :meth:`initial_cache`.
+            index: () int32, the position to predict.
+
+        Returns:
+            ``(logits (B, V) of position index, the cache with entry index - 1 written)``.
+        """
         token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1): the newest known token
         x = self._embed(token, start_index=index - 1)
         out = self.decoder(x, self_attention_cache=cache, self_attention_cache_update_index=index - 1)
@@ -612,9 +665,20 @@ class GPT(GenerativeModel):
         return out["self_attention_cache"]
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
-        """The decoding's inputs for prompts ``inputs`` (B, P) (right-padded, ``padding_mask`` True at real
-        tokens): ``{"prompt": (B, P) int32, "prompt_mask": (B, P) bool or None, "cache": initial_cache(...)}``,
-        the cache sized for ``max_length`` (default ``max_sequence_length``)."""
+        """The decoding's inputs for right-padded prompts (as :meth:`GenerativeModel.generation_inputs`).
+
+        Args:
+            inputs: (B, P) int prompts, right-padded.
+            padding_mask: (B, P) bool, True at real tokens, or None.
+            max_length: L, the cache length (default ``max_sequence_length``).
+
+        Returns:
+            ``{"prompt": (B, P) int32, "prompt_mask": (B, P) bool or None, "cache": initial_cache(...)}``.
+
+        Raises:
+            ValueError: malformed prompts, a prompt with no token, or ``max_length`` outside
+                [P, ``max_sequence_length``].
+        """
         token_ids, padding_mask = self._check_inputs(inputs, padding_mask, convert=True)
         max_length = self._check_max_length(max_length, token_ids.shape[1])
         self._check_prompts_have_tokens(token_ids, padding_mask)
@@ -686,7 +750,17 @@ class GPT(GenerativeModel):
         return self.config.max_sequence_length
 
     def generation_length(self, max_length=None):
-        """``max_length`` checked against ``max_sequence_length`` (its default when None)."""
+        """``max_length`` checked against ``max_sequence_length`` (its default when None).
+
+        Args:
+            max_length: L, or None.
+
+        Returns:
+            L, an int.
+
+        Raises:
+            ValueError: ``max_length`` is not a positive int or exceeds ``max_sequence_length``.
+        """
         return self._check_max_length(max_length, None)
 
     def _check_prompts_have_tokens(self, token_ids, padding_mask):

@@ -114,6 +114,13 @@ class GPT2Tokenizer(ByteLevelBPE):
         """The tokenizer of a Hugging Face GPT-2 directory: its vocab.json and merges.txt (the files
         `load_hf_checkpoint` records as ``info["vocabulary"]`` and ``info["merges"]``).
 
+        Args:
+            directory: the Hugging Face tokenizer directory.
+            **kwargs: constructor arguments.
+
+        Returns:
+            A :class:`GPT2Tokenizer`.
+
         Raises:
             ValueError: naming the missing file, or a tokenizer_config.json asking for ``add_prefix_space``
                 (a space added before the text, which this tokenizer does not do).

@@ -77,10 +77,22 @@ class Translator(Seq2SeqGenerator):
                          **kwargs)
 
     def check_source(self, inputs):
-        """``inputs`` as int32 source ids (B, S): an integer dtype (floats, bools and strings are refused rather
-        than cast), rank 2, at least one position, ids in [0, source_vocabulary_size) when the values are known
-        (eager; a compiled call cannot check them). Padding is ``pad_token_id``; an all-padding row is allowed
-        (it sees no source: its context is 0)."""
+        """``inputs`` as int32 source ids (B, S), as :meth:`Seq2SeqGenerator.check_source`.
+
+        An integer dtype (floats, bools and strings are refused rather than cast), rank 2, at least one position, ids in
+        [0, source_vocabulary_size) when the values are known (eager; a compiled call cannot check them). Padding is
+        ``pad_token_id``; an all-padding row is allowed (it sees no source: its context is 0).
+
+        Args:
+            inputs: source token ids (B, S), of an integer dtype.
+
+        Returns:
+            (B, S) int32 ids.
+
+        Raises:
+            ValueError: ``inputs`` is None, not of an integer dtype, not of rank 2, empty, or holds an id outside the
+                source vocabulary.
+        """
         if inputs is None:
             raise ValueError("`inputs` (the source ids) is required: integer token ids of shape (batch, length); "
                              "received None.")
@@ -107,8 +119,20 @@ class Translator(Seq2SeqGenerator):
         return ops.cast(source_ids, "int32")
 
     def generation_inputs(self, inputs, padding_mask=None, max_length=None):
-        """As :class:`Seq2SeqGenerator`'s; a ``padding_mask`` (B, S) (True = real token), when given, must match
-        ``inputs`` and is applied: masked positions become ``pad_token_id`` (the encoder's padding)."""
+        """As :meth:`Seq2SeqGenerator.generation_inputs`, with a ``padding_mask`` applied: masked positions become
+        ``pad_token_id`` (the encoder's padding).
+
+        Args:
+            inputs: source ids (B, S) int.
+            padding_mask: (B, S) bool, True at real tokens, or None.
+            max_length: L, the output length (sizes the caches).
+
+        Returns:
+            ``{"prompt": (B, 1) int32 start tokens, "cache": nest}``.
+
+        Raises:
+            ValueError: a malformed source, or a ``padding_mask`` that does not match it.
+        """
         if padding_mask is not None:
             source_ids = self.check_source(inputs)
             padding_mask = masking.check_mask(padding_mask, "padding_mask", tuple(ops.shape(source_ids)))
@@ -116,7 +140,14 @@ class Translator(Seq2SeqGenerator):
         return super().generation_inputs(inputs, None, max_length)
 
     def compile_for_translation(self, learning_rate=1e-3, label_smoothing=0.0, clipnorm=1.0, **kwargs):
-        """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy`."""
+        """``compile`` with Adam, :class:`MaskedCrossEntropy` and :class:`MaskedAccuracy`.
+
+        Args:
+            learning_rate: Adam's learning rate (a float or a schedule).
+            label_smoothing: the loss's label smoothing.
+            clipnorm: Adam's gradient-norm clipping, or None.
+            **kwargs: more ``compile`` arguments (``jit_compile``, ``steps_per_execution``, ...).
+        """
         optimizer = keras.optimizers.Adam(learning_rate, clipnorm=clipnorm)
         self.compile(optimizer=optimizer, loss=MaskedCrossEntropy(label_smoothing, pad_token_id=self.pad_token_id),
                      metrics=[MaskedAccuracy(pad_token_id=self.pad_token_id)], **kwargs)
@@ -227,6 +258,20 @@ class RNNSeq2Seq(Translator):
 
     # The encoder: annotations (B, S, units), their mask and the bridged initial state.
     def encode(self, source_ids, training=None):
+        """The encoder: annotations, their mask and the bridged initial decoder state.
+
+        Args:
+            source_ids: (B, S) int source ids (``pad_token_id`` = padding).
+            training: whether dropout is active.
+
+        Returns:
+            ``(memory, mask, state)``: memory (B, S, units) (the bidirectional annotations, units // 2 per direction),
+            mask (B, S) bool (True at real tokens), state the decoder's initial states, a list of (B, units) (``[h]``,
+            or ``[h, c]`` for LSTM).
+
+        Raises:
+            ValueError: ``source_ids`` is not of rank 2.
+        """
         source_ids = check_token_ids(source_ids, "source_ids")
         mask = ops.not_equal(source_ids, self.pad_token_id)
         x = self.dropout(self.source_embedding(source_ids), training=training)
@@ -239,6 +284,16 @@ class RNNSeq2Seq(Translator):
         return memory, mask, state
 
     def initial_cache(self, source_ids, max_length=None):
+        """The decoder's state before the first step (as :meth:`GenerativeModel.initial_cache`).
+
+        Args:
+            source_ids: (B, S) int source ids.
+            max_length: unused (an RNN's state does not grow).
+
+        Returns:
+            The attention decoder's cache (:meth:`attnlayers.AttentionRNNDecoder.initial_cache`: states, memory, its
+            prepared keys and mask), or ``{"states": [...], "context": (B, units)}`` for the model without attention.
+        """
         memory, mask, state = self.encode(source_ids)
         if self.decoder is None:
             # c: the fixed summary of the source, fed at every step; the RNN states start from it.
@@ -254,6 +309,16 @@ class RNNSeq2Seq(Translator):
         return output, {"states": states, "context": cache["context"]}
 
     def next(self, tokens, cache, index):
+        """One decoding step (as :meth:`GenerativeModel.next`).
+
+        Args:
+            tokens: (B, L) int32 token ids; position ``index - 1`` is read.
+            cache: the state of :meth:`initial_cache` or of the previous step.
+            index: () int32, the position being predicted.
+
+        Returns:
+            ``(logits (B, V), cache)``.
+        """
         y = self.target_embedding(ops.take(tokens, index - 1, axis=1))
         if self.decoder is None:
             output, cache = self._plain_step(y, cache)
@@ -279,7 +344,15 @@ class RNNSeq2Seq(Translator):
         return self.output_layer(self.dropout(outputs, training=training))
 
     def attention_maps(self, source_ids, target_in_ids):
-        """(B, T, S) alignment weights under teacher forcing (None for the model without attention)."""
+        """The alignment weights under teacher forcing (as :meth:`GenerativeModel.attention_maps`).
+
+        Args:
+            source_ids: (B, S) int source ids.
+            target_in_ids: (B, T) int decoder inputs ([START] + target).
+
+        Returns:
+            (B, T, S) weights, or None for the model without attention.
+        """
         if self.decoder is None:
             return None
         memory, mask, state = self.encode(source_ids)
@@ -383,6 +456,18 @@ class TransformerTranslator(Translator):
             )
 
     def encode(self, source_ids, training=None):
+        """The encoder's output and the source's padding mask.
+
+        Args:
+            source_ids: (B, S) int source ids (``pad_token_id`` = padding).
+            training: whether dropout is active.
+
+        Returns:
+            ``(memory, mask)``: memory (B, S, d_model), mask (B, S) bool (True at real tokens).
+
+        Raises:
+            ValueError: ``source_ids`` is not of rank 2, or S > ``max_length``.
+        """
         source_ids = check_token_ids(source_ids, "source_ids")
         self._check_length(source_ids, "source_ids")
         mask = ops.not_equal(source_ids, self.pad_token_id)
@@ -415,8 +500,17 @@ class TransformerTranslator(Translator):
         return (batch, self.num_layers, 2, length, self.num_heads, self.d_model // self.num_heads)
 
     def initial_cache(self, source_ids, max_length=None):
-        """{"memory_mask" (B, S), "self" (B, L, 2, max_length, N, H) zeros, "cross" (B, L, 2, S, N, H)}:
-        the encoder's keys and values for every decoder layer, projected once per source."""
+        """The encoder's keys and values for every decoder layer, projected once per source (as
+        :meth:`GenerativeModel.initial_cache`).
+
+        Args:
+            source_ids: (B, S) int source ids.
+            max_length: the length of the self-attention cache (default: the model's ``max_length``).
+
+        Returns:
+            ``{"memory_mask": (B, S), "self": (B, num_layers, 2, max_length, N, H) (slot 0 holds [START]),
+            "cross": (B, num_layers, 2, S, N, H)}``.
+        """
         memory, mask = self.encode(source_ids)
         batch, source_length = ops.shape(memory)[0], ops.shape(memory)[1]
         start = self.target_embedding(ops.full((batch, 1), self.start_token_id, "int32"))
@@ -431,6 +525,16 @@ class TransformerTranslator(Translator):
         return {"memory_mask": mask, "self": out["self_attention_cache"], "cross": out["cross_attention_cache"]}
 
     def next(self, tokens, cache, index):
+        """One decoding step on the caches (as :meth:`GenerativeModel.next`).
+
+        Args:
+            tokens: (B, L) int32 token ids; position ``index - 1`` is read.
+            cache: the caches of :meth:`initial_cache` or of the previous step.
+            index: () int32, the position being predicted.
+
+        Returns:
+            ``(logits (B, V), cache)``.
+        """
         token = ops.take(tokens, ops.reshape(index - 1, (1,)), axis=1)  # (B, 1)
         y = self.target_embedding(token, start_index=index - 1)
         out = self.decoder(
@@ -447,7 +551,16 @@ class TransformerTranslator(Translator):
         return self.max_length
 
     def attention_maps(self, source_ids, target_in_ids):
-        """Per decoder layer, the cross-attention weights (B, heads, T, S) under teacher forcing."""
+        """Per decoder layer, the cross-attention weights under teacher forcing (as
+        :meth:`GenerativeModel.attention_maps`).
+
+        Args:
+            source_ids: (B, S) int source ids.
+            target_in_ids: (B, T) int decoder inputs ([START] + target).
+
+        Returns:
+            A list, one (B, N, T, S) array per decoder layer (N heads).
+        """
         target_in = check_token_ids(target_in_ids, "target_in_ids")
         memory, mask = self.encode(source_ids)
         out = self.decoder(self.target_embedding(target_in), memory,
@@ -458,7 +571,15 @@ class TransformerTranslator(Translator):
     def compile_for_translation(self, learning_rate=None, label_smoothing=0.1, warmup_steps=4000, clipnorm=None,
                                 **kwargs):
         """Adam(beta_2=0.98, eps=1e-9) on :class:`TransformerSchedule` (section 5.3) unless a learning rate is
-        given, label smoothing 0.1 (section 5.4)."""
+        given, label smoothing 0.1 (section 5.4); as :meth:`Translator.compile_for_translation`.
+
+        Args:
+            learning_rate: a float or a schedule; None: :class:`TransformerSchedule` (d_model, ``warmup_steps``).
+            label_smoothing: the loss's label smoothing.
+            warmup_steps: the schedule's warm-up steps (when ``learning_rate`` is None).
+            clipnorm: Adam's gradient-norm clipping, or None.
+            **kwargs: more ``compile`` arguments.
+        """
         if learning_rate is None:
             learning_rate = TransformerSchedule(self.d_model, warmup_steps)
         optimizer = keras.optimizers.Adam(learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=clipnorm)

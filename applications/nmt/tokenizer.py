@@ -136,17 +136,40 @@ class SubwordTokenizer(tf.Module):
 
     @classmethod
     def train(cls, texts: Iterable[str], vocabulary_size: int = 8000, **kwargs) -> SubwordTokenizer:
-        """Trains on `texts` (see `train_sentencepiece` for the keyword arguments)."""
+        """Trains on `texts` (see `train_sentencepiece` for the keyword arguments).
+
+        Args:
+            texts: the training sentences.
+            vocabulary_size: the number of pieces, reserved tokens included.
+            **kwargs: more `train_sentencepiece` arguments.
+
+        Returns:
+            A :class:`SubwordTokenizer`.
+        """
         return cls(train_sentencepiece(texts, vocabulary_size, **kwargs))
 
     @classmethod
     def load(cls, path) -> SubwordTokenizer:
-        """Reads a model written by `save` (a SentencePiece `.model` file)."""
+        """Reads a model written by `save` (a SentencePiece `.model` file).
+
+        Args:
+            path: the file.
+
+        Returns:
+            A :class:`SubwordTokenizer`.
+
+        Raises:
+            ValueError: the model does not start with the reserved tokens, or is not a unigram or word model.
+        """
         with open(path, "rb") as f:
             return cls(f.read())
 
     def save(self, path) -> None:
-        """Writes the SentencePiece model proto (readable by `load` and by `sentencepiece` itself)."""
+        """Writes the SentencePiece model proto (readable by `load` and by `sentencepiece` itself).
+
+        Args:
+            path: the file to write.
+        """
         with open(path, "wb") as f:
             f.write(self._model_proto)
 
@@ -163,7 +186,14 @@ class SubwordTokenizer(tf.Module):
         return list(self._pieces)
 
     def id_to_token(self, ids):
-        """Ids to their pieces (a tf.string tensor of the same shape)."""
+        """Ids to their pieces.
+
+        Args:
+            ids: int ids of any shape.
+
+        Returns:
+            A tf.string tensor of the same shape.
+        """
         return tf.gather(tf.constant(self._pieces), tf.cast(ids, tf.int32))
 
     def tokenize(self, text):

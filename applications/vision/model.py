@@ -91,7 +91,18 @@ class ViTConfig:
     @classmethod
     def preset(cls, name, **overrides):
         """ViT size ``name`` of :data:`VIT_PRESETS` at 16 x 16 patches on 224 x 224 x 3 images with 1,000 classes
-        (ImageNet's), unless ``overrides`` (other ViTConfig fields) say otherwise."""
+        (ImageNet's), unless ``overrides`` (other ViTConfig fields) say otherwise.
+
+        Args:
+            name: a key of :data:`VIT_PRESETS`.
+            **overrides: ViTConfig fields that replace the preset's.
+
+        Returns:
+            A :class:`ViTConfig`.
+
+        Raises:
+            ValueError: an unknown preset, or overrides that are not ViTConfig fields.
+        """
         one_of(name, "preset", tuple(VIT_PRESETS))
         layers, hidden, heads, mlp = VIT_PRESETS[name]
         sizes = {"image_shape": (224, 224, 3), "patch_size": 16, "num_classes": 1000, "num_layers": layers,
@@ -191,8 +202,20 @@ class ViT(DataclassConfigMixin, keras.Model):
                              f"(the config's image_shape); received shape {shape}.")
 
     def encode(self, images, return_attention_scores=False, training=None):
-        """The encoder's final states y (B, N + 1, D) (position 0: the class token), under "sequence_output";
-        with ``return_attention_scores``, also "attention_scores": L tensors (B, heads, N + 1, N + 1)."""
+        """The encoder's final states y (position 0: the class token).
+
+        Args:
+            images: (B, H, W, C) images of the config's ``image_shape``.
+            return_attention_scores: also return every layer's attention weights.
+            training: whether dropout is active.
+
+        Returns:
+            ``{"sequence_output": (B, N + 1, D)}``; with ``return_attention_scores``, also ``"attention_scores"``:
+            L tensors (B, heads, N + 1, N + 1).
+
+        Raises:
+            ValueError: ``images`` do not have the config's ``image_shape`` (after the batch axis).
+        """
         images = ops.convert_to_tensor(images, dtype=self.compute_dtype)
         self._check_images(images)
         x = self.class_token(self.patch_embedding(images))
@@ -201,7 +224,14 @@ class ViT(DataclassConfigMixin, keras.Model):
         return out if return_attention_scores else {"sequence_output": out}
 
     def pool(self, sequence_output):
-        """(B, N + 1, D) -> (B, D): the class token's state (eq. 4) or the patches' mean."""
+        """The image's representation: the class token's state (eq. 4) or the patches' mean (``pooling="mean"``).
+
+        Args:
+            sequence_output: (B, N + 1, D) encoder states, as :meth:`encode` returns them.
+
+        Returns:
+            (B, D).
+        """
         if self.config.pooling == "mean":
             return ops.mean(sequence_output[:, 1:], axis=1)
         return sequence_output[:, 0]

@@ -85,7 +85,18 @@ class XLNetConfig:
     @classmethod
     def preset(cls, name, **overrides):
         """The named configuration (:data:`PRESETS`: tiny, base, large), d_ff = 4 d and V = 32,000 unless
-        ``overrides`` say otherwise."""
+        ``overrides`` say otherwise.
+
+        Args:
+            name: a key of :data:`PRESETS`.
+            **overrides: fields that replace the preset's.
+
+        Returns:
+            An :class:`XLNetConfig`.
+
+        Raises:
+            ValueError: an unknown preset.
+        """
         if name not in PRESETS:
             raise ValueError(f"Unknown XLNet preset {name!r}; expected one of {sorted(PRESETS)}.")
         layers, hidden, heads = PRESETS[name]
@@ -94,7 +105,17 @@ class XLNetConfig:
 
     @classmethod
     def of(cls, config):
-        """``config`` as an XLNetConfig: an XLNetConfig, a dict of its fields, a preset name, or None (tiny)."""
+        """``config`` as an XLNetConfig.
+
+        Args:
+            config: an XLNetConfig, a dict of its fields, a preset name, or None (tiny).
+
+        Returns:
+            An :class:`XLNetConfig`.
+
+        Raises:
+            ValueError: unknown fields, an unknown preset, or anything else than these four kinds.
+        """
         return config_of(cls, config)
 
     def parameter_count(self):

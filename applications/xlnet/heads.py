@@ -98,8 +98,15 @@ class XLNetClassifier(XLNetTask):
 
     def compile_for_finetuning(self, learning_rate=2e-5, warmup_steps=0, total_steps=None, weight_decay=0.01,
                                **kwargs):
-        """``compile`` with :func:`xlnet_optimizer`, sparse cross-entropy from logits and accuracy. ``kwargs`` go
-        to ``compile``."""
+        """``compile`` with :func:`xlnet_optimizer`, sparse cross-entropy from logits and accuracy.
+
+        Args:
+            learning_rate: the peak learning rate.
+            warmup_steps: linear warm-up steps.
+            total_steps: the step at which the rate has decayed linearly to 0, or None (no decay).
+            weight_decay: decoupled weight decay.
+            **kwargs: more ``compile`` arguments.
+        """
         self.compile(optimizer=xlnet_optimizer(learning_rate, warmup_steps, total_steps, weight_decay),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")], **kwargs)
@@ -166,7 +173,15 @@ class XLNetTokenClassifier(XLNetTask):
     def compile_for_finetuning(self, learning_rate=5e-5, warmup_steps=0, total_steps=None, weight_decay=0.01,
                                **kwargs):
         """``compile`` with :func:`xlnet_optimizer`, the cross-entropy averaged over the labelled tokens
-        (``ignore_class=IGNORE_LABEL``) and :class:`TokenAccuracy`. ``kwargs`` go to ``compile``."""
+        (``ignore_class=IGNORE_LABEL``) and :class:`TokenAccuracy`.
+
+        Args:
+            learning_rate: the peak learning rate.
+            warmup_steps: linear warm-up steps.
+            total_steps: the step at which the rate has decayed linearly to 0, or None (no decay).
+            weight_decay: decoupled weight decay.
+            **kwargs: more ``compile`` arguments.
+        """
         self.compile(optimizer=xlnet_optimizer(learning_rate, warmup_steps, total_steps, weight_decay),
                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_LABEL),
                      metrics=[TokenAccuracy()], **kwargs)

@@ -238,23 +238,48 @@ class XLNetPretrainer(XLNetTask):
 
     def compile_for_pretraining(self, learning_rate=1e-4, warmup_steps=0, total_steps=None, weight_decay=0.01,
                                 **kwargs):
-        """``compile`` with :func:`xlnet_optimizer`; the loss is :meth:`compute_loss`'s. ``kwargs`` go to
-        ``compile`` (e.g. ``jit_compile``)."""
+        """``compile`` with :func:`xlnet_optimizer`; the loss is :meth:`compute_loss`'s.
+
+        Args:
+            learning_rate: the peak learning rate.
+            warmup_steps: linear warm-up steps.
+            total_steps: the step at which the rate has decayed linearly to 0, or None (no decay).
+            weight_decay: decoupled weight decay.
+            **kwargs: more ``compile`` arguments (e.g. ``jit_compile``).
+        """
         self.compile(optimizer=xlnet_optimizer(learning_rate, warmup_steps, total_steps, weight_decay), **kwargs)
 
     # ---- Hugging Face's XLNetLMHeadModel ----------------------------------------------------------------------
 
     def save_hf_checkpoint(self, directory):
         """Writes backbone and head as Hugging Face's ``XLNetLMHeadModel`` (``transformer.`` names plus
-        ``lm_loss.bias``; the head's weight is the tied embedding). Returns ``directory``."""
+        ``lm_loss.bias``; the head's weight is the tied embedding).
+
+        Args:
+            directory: created if missing; its config.json and model.safetensors are replaced.
+
+        Returns:
+            ``directory``.
+        """
         return save_hf_checkpoint(self.backbone, directory, architecture="XLNetLMHeadModel",
                                   lm_bias=self.lm_head.bias.value)
 
     @classmethod
     def from_hf_checkpoint(cls, directory, **kwargs):
-        """A pretrainer with the backbone and the ``lm_loss.bias`` of a Hugging Face ``XLNetLMHeadModel``
-        checkpoint directory; ``kwargs`` (K, seed) go to the constructor. A file without ``lm_loss.bias`` (an
-        ``XLNetModel``) is refused: its head would be untrained."""
+        """A pretrainer with the backbone and the ``lm_loss.bias`` of a Hugging Face ``XLNetLMHeadModel`` checkpoint.
+
+        A file without ``lm_loss.bias`` (an ``XLNetModel``) is refused: its head would be untrained.
+
+        Args:
+            directory: the checkpoint directory (config.json and model.safetensors).
+            **kwargs: constructor arguments (``K``, ``seed``).
+
+        Returns:
+            An :class:`XLNetPretrainer`.
+
+        Raises:
+            ValueError: the checkpoint has no ``lm_loss.bias``, or one of another size than the vocabulary.
+        """
         backbone, info = load_hf_checkpoint(directory)
         tensors, _ = read_safetensors(info["file"])
         if LM_BIAS not in tensors:

@@ -20,12 +20,30 @@ class TokenLookup(tf.Module):
         return len(self._token_ids)
 
     def token_to_id(self, token: str) -> int:
+        """The id of one token.
+
+        Args:
+            token: a token of the vocabulary.
+
+        Returns:
+            Its id, an int.
+
+        Raises:
+            ValueError: ``token`` is not in the vocabulary.
+        """
         if token not in self._token_ids:
             raise ValueError(f"`token` {token!r} is not in the vocabulary of {self.vocabulary_size} tokens.")
         return self._token_ids[token]
 
     def id_to_token(self, ids):
-        """Ids to their tokens: a tf.string tensor of the same shape (ragged stays ragged)."""
+        """Ids to their tokens.
+
+        Args:
+            ids: int ids of any shape, or a ``tf.RaggedTensor``.
+
+        Returns:
+            A tf.string tensor of the same shape (ragged stays ragged).
+        """
         if isinstance(ids, tf.RaggedTensor):
             return tf.ragged.map_flat_values(self.id_to_token, ids)
         return tf.gather(self._tokens, tf.cast(ids, tf.int32))

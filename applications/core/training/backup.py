@@ -165,11 +165,22 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._seconds_before, self._clock, self._history, self.invocations = 0.0, None, {}, 1
 
     def follow(self, *callbacks):
-        """Keeps the state of each of ``callbacks`` in every backup and restores it with the backup: each has
-        ``backup_state()`` -> (a JSON-able value, a list of arrays) and ``restore_backup_state(value, arrays)``
-        (:class:`~.callbacks.BestWeights`: the kept epochs and their weights). Their ``on_epoch_end`` must come before
-        this callback's in ``fit``'s list, so that an epoch's backup holds what they made of that epoch.
-        Returns self."""
+        """Keeps the state of each of ``callbacks`` in every backup and restores it with the backup.
+
+        Their ``on_epoch_end`` must come before this callback's in ``fit``'s list, so that an epoch's backup holds
+        what they made of that epoch.
+
+        Args:
+            *callbacks: callbacks with ``backup_state()`` -> (a JSON-able value, a list of arrays) and
+                ``restore_backup_state(value, arrays)`` (:class:`~.callbacks.BestWeights`: the kept epochs and their
+                weights).
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: a callback lacks ``backup_state`` or ``restore_backup_state``.
+        """
         for callback in callbacks:
             if not (callable(getattr(callback, "backup_state", None))
                     and callable(getattr(callback, "restore_backup_state", None))):

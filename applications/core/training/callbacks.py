@@ -131,8 +131,11 @@ class TimeBudget(StepCounter):
         self._epoch, self.backup, self._agreed = 0, None, _Agreed()
 
     def follow_backup(self, backup):
-        """Counts the seconds of training behind what ``backup`` (a :class:`~.backup.BackupAndRestore`) restores as
-        spent."""
+        """Counts the seconds of training behind what ``backup`` restores as spent.
+
+        Args:
+            backup: the :class:`~.backup.BackupAndRestore` of the same ``fit``.
+        """
         self.backup = backup
 
     @property
@@ -210,11 +213,22 @@ class BudgetedLearningRate(keras.callbacks.Callback):
         self._agreed = _Agreed()
 
     def follow_backup(self, backup):
-        """Counts the seconds of training behind what ``backup`` (a ``BackupAndRestore``) restores as spent."""
+        """Counts the seconds of training behind what ``backup`` restores as spent.
+
+        Args:
+            backup: the ``BackupAndRestore`` of the same ``fit``.
+        """
         self.backup = backup
 
     def learning_rate(self, progress):
-        """``lr(p)`` of the docstring for a progress ``p`` (a float)."""
+        """``lr(p)`` of the docstring for a progress ``p``.
+
+        Args:
+            progress: p, the share of the budget spent, a float in [0, 1].
+
+        Returns:
+            The learning rate, a float.
+        """
         w = self.warmup_fraction
         return self.peak * min(1.0, max(0.0, min(progress / w, (1.0 - progress) / (1.0 - w))))
 
@@ -303,7 +317,12 @@ class BestWeights(keras.callbacks.Callback):
         return kept, [array for _, _, weights in self._kept for array in weights]
 
     def restore_backup_state(self, kept, arrays):
-        """Takes back what :meth:`backup_state` returned."""
+        """Takes back what :meth:`backup_state` returned.
+
+        Args:
+            kept: the kept epochs' [value, epoch, number of weight arrays] lists.
+            arrays: their weights, as one flat list of arrays.
+        """
         self._kept, start = [], 0
         for value, epoch, count in kept:
             self._kept.append((float(value), int(epoch), list(arrays[start:start + count])))

@@ -37,6 +37,13 @@ class MaskedAccuracy(keras.metrics.Mean):
         self.pad_token_id = non_negative_int(pad_token_id, "pad_token_id")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        """Adds a batch's non-padding tokens to the running accuracy.
+
+        Args:
+            y_true: (B, T) int target ids.
+            y_pred: (B, T, V) logits or probabilities.
+            sample_weight: ignored (the weights are the padding mask).
+        """
         y_true = ops.cast(y_true, "int32")
         correct = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
         weights = ops.cast(ops.not_equal(y_true, self.pad_token_id), "float32")

@@ -49,7 +49,14 @@ class Pairs:
         return self.source[index], self.target[index]
 
     def select(self, indices: Iterable[int]) -> Pairs:
-        """The pairs at `indices`, in that order."""
+        """The pairs at `indices`, in that order.
+
+        Args:
+            indices: positions of pairs (ints; repeats allowed).
+
+        Returns:
+            A new :class:`Pairs` (with the matching alignments, if any).
+        """
         indices = list(indices)
         alignments = None if self.alignments is None else [self.alignments[i] for i in indices]
         return Pairs([self.source[i] for i in indices], [self.target[i] for i in indices], alignments)
