@@ -1,5 +1,7 @@
-"""The servable BERT: a SavedModel that takes raw strings, with the WordPiece tokenizer and the [CLS] A [SEP] B [SEP]
-packing inside the graph, and returns class probabilities, per-piece tags or sentence embeddings.
+"""The servable BERT: a SavedModel that takes raw strings, with the tokenizer and the [CLS] A [SEP] B [SEP] packing
+inside the graph, and returns class probabilities, per-piece tags or sentence embeddings. The BERT family serves the
+same way with its own tokenizer and layout: RoBERTa (byte-level BPE, ``<s> A </s></s> B </s>``), ALBERT and
+XLM-RoBERTa (SentencePiece), DistilBERT (WordPiece, no segment ids).
 
     export_text_model(classifier, tokenizer, "/tmp/sentiment", labels=["negative", "neutral", "positive"])
     # anywhere with only TensorFlow:
@@ -15,9 +17,9 @@ a process where they cannot be imported).
 
 Unlike the generative applications (``applications.core.formats.export.export_generator``, on
 :func:`attnlayers.export.export_generate`, which exports a decoding loop), BERT's tasks are one forward pass, so
-this module writes its own small ``tf.Module``; it reuses the tokenizer (``BertTokenizer``, TensorFlow ops) and
-``pretraining_data.pack`` / ``is_truncated`` (tensorflow-text ops) as they are used for training, so served and
-trained inputs are packed by the same code.
+this module writes its own small ``tf.Module``; it reuses the tokenizer (``BertTokenizer`` or a family's, TensorFlow
+ops) and its ``pack`` (tensorflow-text ops) as they are used for training, so served and trained inputs are packed by
+the same code.
 
 Inputs the model cannot take as such are handled in the graph, never by a crash inside TensorFlow:
 - a text longer than the sequence length is truncated (a pair loses pieces from its longer segment first, as in
@@ -36,7 +38,7 @@ from attnlayers.export import assert_rank
 
 from .backbone import BertBackbone
 from .heads import BertClassifier, BertTokenClassifier
-from .pretraining_data import is_truncated, pack
+from .tokenizer import BertTokenizer
 
 __all__ = ["TASKS", "export_text_model"]
 
@@ -85,6 +87,17 @@ def _backbone_and_count(model, task):
                      f"{type(model).__name__}.")
 
 
+def _special_tokens(tokenizer):
+    """{"single": n, "pair": n}: the special tokens the tokenizer's ``pack`` adds (BERT's [CLS] A [SEP] B [SEP]: 2
+    and 3; RoBERTa's <s> A </s></s> B </s>: 2 and 4), read off packing empty segments."""
+    empty = tf.ragged.constant([[]], dtype=tf.int32)
+    counts = {}
+    for name, segments in (("single", [empty]), ("pair", [empty, empty])):
+        packed = tokenizer.pack(*segments, sequence_length=8)
+        counts[name] = int(tf.reduce_sum(tf.cast(packed["padding_mask"], tf.int32)))
+    return counts
+
+
 def _valid_utf8(text):
     return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
 
@@ -96,15 +109,20 @@ def export_text_model(model, tokenizer, path, *, sequence_length=128, task="clas
         model: a :class:`~attnlayers.applications.bert.heads.BertClassifier` (task "classifier"), a
             :class:`~attnlayers.applications.bert.heads.BertTokenClassifier` ("tagger"), or a
             :class:`~attnlayers.applications.bert.BertBackbone` ("embedding"; a task model's backbone is taken).
-        tokenizer: its :class:`~attnlayers.applications.bert.tokenizer.BertTokenizer`.
+        tokenizer: its :class:`~attnlayers.applications.bert.tokenizer.BertTokenizer`, or the family's
+            (``RobertaTokenizer``, ``AlbertTokenizer``, ``XLMRobertaTokenizer``: anything with ``tokenize``,
+            ``pack`` and the special token ids); "tagger" takes WordPiece only (its word starts are the pieces
+            without "##").
         path: the SavedModel directory.
-        sequence_length: L, the packed length ([CLS], [SEP]s included); at most the model's max_sequence_length.
+        sequence_length: L, the packed length (the special tokens included); at most the model's
+            max_sequence_length minus its position offset (RoBERTa's 2).
         task: "classifier", "tagger" or "embedding".
         labels: the class (tag) names, one per output; default "0", "1", ... Not for "embedding".
 
     Serving functions (``loaded.classify`` / ``loaded.tag`` / ``loaded.embed``), each taking ``text`` string (B,)
     and optionally ``text_pair`` string (B,) (then every row is packed as the pair [CLS] text [SEP] text_pair
-    [SEP]; an empty ``text_pair`` string is an empty second segment); signatures ``classify`` (``text``),
+    [SEP], or the tokenizer's layout; an empty ``text_pair`` string is an empty second segment; a model without
+    segment embeddings, DistilBERT's, gets no segment ids); signatures ``classify`` (``text``),
     ``classify_pair`` (``text``, ``text_pair``) and ``serving_default`` (= ``classify``), likewise for the other
     tasks. Outputs of every task:
         ``truncated`` bool (B,): the input had more pieces than fit and was cut;
@@ -148,15 +166,24 @@ def export_text_model(model, tokenizer, path, *, sequence_length=128, task="clas
     else:
         labels = _check_labels(labels, count, task)
     config = backbone.config
+    if not all(hasattr(tokenizer, name) for name in ("tokenize", "pack", "cls_token_id", "sep_token_id",
+                                                      "pad_token_id")):
+        raise ValueError(f"`tokenizer` must be a BertTokenizer or a BERT family's tokenizer (RobertaTokenizer, "
+                         f"AlbertTokenizer, XLMRobertaTokenizer); received {type(tokenizer).__name__}.")
+    if task == "tagger" and not isinstance(tokenizer, BertTokenizer):
+        raise ValueError(f"task='tagger' marks word starts by WordPiece's '##' pieces and needs a BertTokenizer; "
+                         f"received {type(tokenizer).__name__}.")
+    special = _special_tokens(tokenizer)
+    longest = config.max_sequence_length - config.position_offset
     if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or not (
-        3 <= sequence_length <= config.max_sequence_length
+        special["pair"] <= sequence_length <= longest
     ):
         raise ValueError(
-            f"`sequence_length` must be an integer in [3, max_sequence_length={config.max_sequence_length}] (room "
-            f"for [CLS] A [SEP] B [SEP]); received sequence_length={sequence_length!r}."
+            f"`sequence_length` must be an integer in [{special['pair']}, {longest}] (room for the special tokens of "
+            f"a pair; the model's max_sequence_length {config.max_sequence_length}"
+            + (f" minus its position offset {config.position_offset}" if config.position_offset else "")
+            + f"); received sequence_length={sequence_length!r}."
         )
-    if not (hasattr(tokenizer, "tokenize") and hasattr(tokenizer, "cls_token_id")):
-        raise ValueError(f"`tokenizer` must be a BertTokenizer; received {type(tokenizer).__name__}.")
     if tokenizer.vocabulary_size > config.vocabulary_size:
         raise ValueError(
             f"`tokenizer` has {tokenizer.vocabulary_size} tokens but the model's vocabulary_size is "
@@ -165,8 +192,7 @@ def export_text_model(model, tokenizer, path, *, sequence_length=128, task="clas
 
     length = sequence_length
     ids = tf.fill([1, length], tokenizer.pad_token_id)  # builds an unbuilt model, eagerly, before tracing
-    model({"token_ids": ids, "segment_ids": tf.zeros_like(ids), "padding_mask": tf.ones_like(ids, tf.bool)},
-          training=False)
+    model({"token_ids": ids, "padding_mask": tf.ones_like(ids, tf.bool)}, training=False)
     module = _TextModel(model, tokenizer, labels, length)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
 
@@ -181,10 +207,12 @@ def export_text_model(model, tokenizer, path, *, sequence_length=128, task="clas
                 message="`text` and `text_pair` must hold the same number of strings"))
         with tf.control_dependencies(checks):
             segments = [module.tokenizer.tokenize(_valid_utf8(t)) for t in texts]
-        packed = pack(*segments, sequence_length=length, tokenizer=module.tokenizer)
+        packed = module.tokenizer.pack(*segments, sequence_length=length)
+        if not config.num_segments:  # no segment embeddings (DistilBERT): segment ids 0 only
+            packed = {key: value for key, value in packed.items() if key != "segment_ids"}
         num_tokens = tf.cast(tf.add_n([s.row_lengths() for s in segments]), tf.int32)
         out = {
-            "truncated": is_truncated(*segments, sequence_length=length),
+            "truncated": num_tokens > length - special["pair" if text_pair is not None else "single"],
             "empty": tf.equal(num_tokens, 0),
             "num_tokens": num_tokens,
         }

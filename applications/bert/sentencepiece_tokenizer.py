@@ -154,8 +154,24 @@ class SentencePieceTokenizer(TokenLookup):
 
         Returns:
             int32 ids: a 1-D tensor for a string; a `tf.RaggedTensor` (B, None) for a batch.
+
+        Raises:
+            RuntimeError: the SentencePiece model's TensorFlow resource is gone: ``tf.random.set_seed``
+                (``keras.utils.set_random_seed``) and ``keras.backend.clear_session`` clear the kernels that own it
+                (``tensorflow_text.SentencepieceTokenizer``'s resource is kernel-owned). Make the tokenizer after
+                seeding, or make it again.
         """
-        return super().tokenize(text)
+        try:
+            return super().tokenize(text)
+        except tf.errors.NotFoundError as error:
+            if "SentencepieceOp" not in str(error):
+                raise
+            raise RuntimeError(
+                f"{type(self).__name__}: its SentencePiece model's TensorFlow resource was destroyed after the "
+                "tokenizer was made: tf.random.set_seed (keras.utils.set_random_seed) and "
+                "keras.backend.clear_session clear the kernels that own it. Make the tokenizer after seeding "
+                "(or make it again, e.g. with from_directory)."
+            ) from error
 
     __call__ = tokenize
 
@@ -216,7 +232,18 @@ class AlbertTokenizer(SentencePieceTokenizer):
     def from_directory(cls, directory, **kwargs) -> AlbertTokenizer:
         """The tokenizer of a Hugging Face ALBERT directory: its spiece.model, with tokenizer_config.json's
         ``do_lower_case`` and ``keep_accents`` and the special tokens' lstrip / rstrip (keyword arguments override
-        them)."""
+        them).
+
+        Args:
+            directory: the Hugging Face tokenizer directory.
+            **kwargs: constructor arguments, overriding those read from the directory.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            ValueError: naming the missing file.
+        """
         from .family_tokenizers import read_tokenizer_config, require_files
 
         (path,) = require_files(directory, ("spiece.model",), "ALBERT")
@@ -238,7 +265,22 @@ class AlbertTokenizer(SentencePieceTokenizer):
         return lower_case(text) if self.do_lower_case else text
 
     def pack(self, segments_a, segments_b=None, *, sequence_length: int):
-        """BERT's `pack`: ``[CLS] A [SEP] (B [SEP])``, segment ids 0 / 1, ``<pad>``."""
+        """BERT's `pack`: ``[CLS] A [SEP] (B [SEP])``, segment ids 0 / 1, ``<pad>``.
+
+        Args:
+            segments_a: token ids of the first segments: a (B, None) ``tf.RaggedTensor``, a (B, T) tensor, a list of
+                lists, or one example (T,).
+            segments_b: the second segments, the same way; None packs single segments.
+            sequence_length: L, the packed length.
+
+        Returns:
+            ``{"token_ids": int32 (B, L), "segment_ids": int32 (B, L), "padding_mask": bool (B, L)}`` (each (L,) for
+            one example).
+
+        Raises:
+            ValueError: the segments are not integer token ids, A and B have different batch sizes, or
+                ``sequence_length`` leaves no room for the special tokens.
+        """
         from .pretraining_data import pack
 
         return pack(segments_a, segments_b, sequence_length=sequence_length, tokenizer=self)
@@ -257,7 +299,18 @@ class XLMRobertaTokenizer(SentencePieceTokenizer):
     @classmethod
     def from_directory(cls, directory, **kwargs) -> XLMRobertaTokenizer:
         """The tokenizer of a Hugging Face XLM-RoBERTa directory: its sentencepiece.bpe.model, with the special
-        tokens' lstrip / rstrip (keyword arguments override them)."""
+        tokens' lstrip / rstrip (keyword arguments override them).
+
+        Args:
+            directory: the Hugging Face tokenizer directory.
+            **kwargs: constructor arguments, overriding those read from the directory.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            ValueError: naming the missing file.
+        """
         from .family_tokenizers import require_files
 
         (path,) = require_files(directory, ("sentencepiece.bpe.model",), "XLM-RoBERTa")
@@ -269,7 +322,22 @@ class XLMRobertaTokenizer(SentencePieceTokenizer):
         return [*_FAIRSEQ_FIRST, *pieces[3:], XLM_ROBERTA_SPECIAL_TOKENS["mask"]]
 
     def pack(self, segments_a, segments_b=None, *, sequence_length: int):
-        """`pack_roberta`: ``<s> A </s>(</s> B </s>)``, segment ids 0, ``<pad>``."""
+        """`pack_roberta`: ``<s> A </s>(</s> B </s>)``, segment ids 0, ``<pad>``.
+
+        Args:
+            segments_a: token ids of the first segments: a (B, None) ``tf.RaggedTensor``, a (B, T) tensor, a list of
+                lists, or one example (T,).
+            segments_b: the second segments, the same way; None packs single segments.
+            sequence_length: L, the packed length.
+
+        Returns:
+            ``{"token_ids": int32 (B, L), "segment_ids": int32 (B, L), "padding_mask": bool (B, L)}`` (each (L,) for
+            one example).
+
+        Raises:
+            ValueError: the segments are not integer token ids, A and B have different batch sizes, or
+                ``sequence_length`` leaves no room for the special tokens.
+        """
         from .roberta_tokenizer import pack_roberta
 
         return pack_roberta(segments_a, segments_b, sequence_length=sequence_length, tokenizer=self)

@@ -2,7 +2,9 @@
 fresh process that imports only tensorflow and tensorflow_text (attnlayers and keras_hub cannot be imported
 there), agree with the in-process Keras models on single texts and pairs; truncated, empty, whitespace-only and
 non-UTF-8 texts and empty batches give valid outputs and flags; bad inputs and bad export arguments are refused.
-TensorFlow only."""
+The BERT family in the same process: a RoBERTa classifier (byte-level BPE, <s> A </s></s> B </s>, positions from
+2), an ALBERT classifier (SentencePiece, factorised embeddings, shared layers) and a DistilBERT embedder (no segment
+ids, no pooler). TensorFlow only."""
 
 import json
 import os
@@ -21,8 +23,10 @@ if keras.backend.backend() == "tensorflow":
     from attnlayers.applications.bert import BertBackbone, BertConfig
     from attnlayers.applications.bert.export import export_text_model
     from attnlayers.applications.bert.heads import BertClassifier, BertTokenClassifier
-    from attnlayers.applications.bert.pretraining_data import pack
+    from attnlayers.applications.bert.roberta_tokenizer import RobertaTokenizer
+    from attnlayers.applications.bert.sentencepiece_tokenizer import AlbertTokenizer
     from attnlayers.applications.bert.tokenizer import SPECIAL_TOKENS, BertTokenizer
+    from attnlayers.applications.core.tokenizers.byte_bpe import BYTE_SYMBOLS
 
 LENGTH = 16
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "run", "##s", "##ning", "a", "big", "red", ",", ".", "!", "?"]
@@ -112,6 +116,45 @@ def _models():
     }
 
 
+BERT_TASKS = ("classifier", "tagger", "embedding")
+# RoBERTa's byte-level BPE: <s> <pad> </s> <unk>, the 256 byte symbols (byte b at id 4 + b), three merges, <mask>.
+ROBERTA_VOCABULARY = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{s: 4 + b for b, s in enumerate(BYTE_SYMBOLS)},
+                      "he": 260, "Ġt": 261, "Ġthe": 262, "<mask>": 263}
+
+
+def _family_models(folder):
+    """{name: (model, tokenizer, task, sequence length)}: RoBERTa's and ALBERT's classifiers and DistilBERT's
+    embedder, tiny. RoBERTa's length, 12, leaves 8 pieces for a pair: the third pair (9 pieces) is truncated with its
+    layout's four special tokens and would not be with BERT's three."""
+    import io
+
+    import sentencepiece
+
+    sizes = {"num_layers": 2, "num_heads": 2, "hidden_dim": 16, "intermediate_dim": 32, "dropout": 0.0}
+    roberta = RobertaTokenizer(ROBERTA_VOCABULARY, ["h e", "Ġ t", "Ġt he"])
+    spiece = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXTS[:1] + TEXTS[3:4] + PAIRS + ["the big red dog runs on the mat"] * 3),
+        model_writer=spiece, vocab_size=40, model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
+        minloglevel=2, num_threads=1, user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], pad_id=0, unk_id=1,
+        bos_id=-1, eos_id=-1)
+    (folder / "spiece.model").write_bytes(spiece.getvalue())
+    keras.utils.set_random_seed(4)  # before the SentencePiece tokenizer: seeding destroys its TensorFlow resource
+    albert = AlbertTokenizer(folder / "spiece.model")
+    return {
+        "roberta": (BertClassifier(BertBackbone(BertConfig(
+            family="roberta", vocabulary_size=264, max_sequence_length=LENGTH + 2, num_segments=1, pad_token_id=1,
+            position_offset=2, **sizes)), num_classes=len(LABELS)), roberta, "classifier", 12),
+        "albert": (BertClassifier(BertBackbone(BertConfig(
+            family="albert", vocabulary_size=albert.vocabulary_size, max_sequence_length=LENGTH, embedding_dim=8,
+            num_groups=1, activation="gelu_approximate", **sizes)), num_classes=len(LABELS)), albert, "classifier",
+                   LENGTH),
+        "distilbert": (BertBackbone(BertConfig(family="distilbert", vocabulary_size=len(SPECIAL_TOKENS) + len(WORDS),
+                                               max_sequence_length=LENGTH, num_segments=0, pooler=False, **sizes)),
+                       _tokenizer(), "embedding", LENGTH),
+    }
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """The three tiny models, their tokenizer, their SavedModels, and what a fresh process serves from them."""
@@ -124,16 +167,24 @@ def exported(tmp_path_factory):
         path = str(root / task)
         export_text_model(model, tokenizer, path, sequence_length=LENGTH, task=task, labels=labels[task])
         paths[task] = (path, names[task])
+    families = _family_models(root)
+    for name, (model, family_tokenizer, task, length) in families.items():
+        path = str(root / name)
+        export_text_model(model, family_tokenizer, path, sequence_length=length, task=task, labels=labels[task])
+        paths[name] = (path, names[task])
     served = serve_alone(SCRIPT, json.dumps(paths), json.dumps(TEXTS), json.dumps(PAIRS), cwd=root)
-    return {"tokenizer": tokenizer, "models": models, "paths": paths, "served": served}
+    return {"tokenizer": tokenizer, "models": models, "paths": paths, "served": served, "families": families,
+            "root": root}
 
 
-def _keras_outputs(model, tokenizer, texts, pairs=None):
+def _keras_outputs(model, tokenizer, texts, pairs=None, length=LENGTH):
     """The in-process reference: tokenize, pack, call the Keras model eagerly."""
     segments = [tokenizer.tokenize(tf.constant(texts))]
     if pairs is not None:
         segments.append(tokenizer.tokenize(tf.constant(pairs)))
-    packed = pack(*segments, sequence_length=LENGTH, tokenizer=tokenizer)
+    packed = tokenizer.pack(*segments, sequence_length=length)
+    if not model.backbone.config.num_segments if hasattr(model, "backbone") else not model.config.num_segments:
+        packed.pop("segment_ids")  # DistilBERT: no segment embeddings
     return packed, model(packed, training=False)
 
 
@@ -192,7 +243,8 @@ def test_served_embeddings_match_keras(exported, pairs):
 
 
 def test_flags_signatures_and_edge_inputs(exported):
-    for task, result in exported["served"].items():
+    for task in BERT_TASKS:
+        result = exported["served"][task]
         single, pair = result["single"], result["pair"]
         assert single["num_tokens"] == PIECES, task
         assert single["empty"] == [False, True, True, False, False, False], task
@@ -210,6 +262,36 @@ def test_flags_signatures_and_edge_inputs(exported):
     assert exported["served"]["tagger"]["label_names"] == TAGS
     assert exported["served"]["embedding"]["label_names"] is None
     assert exported["served"]["tagger"]["empty_batch"]["probabilities"] == [0, LENGTH, len(TAGS)]
+
+
+@pytest.mark.parametrize("pairs", [None, PAIRS], ids=["single", "pair"])
+def test_the_family_serves_alone_as_keras_computes(exported, pairs):
+    """RoBERTa (its own BPE and layout, positions from 2) and ALBERT (SentencePiece) classify, DistilBERT embeds
+    without segment ids, in the process without attnlayers, as the in-process models; the truncation flag counts
+    each layout's special tokens (RoBERTa's pair has four)."""
+    specials = {"roberta": (2, 4), "albert": (2, 3), "distilbert": (2, 3)}
+    for name, (model, tokenizer, task, length) in exported["families"].items():
+        served = exported["served"][name]["pair" if pairs else "single"]
+        if name == "albert":  # made again: each test's clear_session destroyed its SentencePiece resource
+            tokenizer = AlbertTokenizer(exported["root"] / "spiece.model")
+        packed, out = _keras_outputs(model, tokenizer, TEXTS, pairs, length)
+        if task == "classifier":
+            np.testing.assert_allclose(served["probabilities"], _softmax(out), atol=1e-5, err_msg=name)
+        else:
+            hidden = out["sequence_output"].numpy().astype("float64")
+            mask = packed["padding_mask"].numpy()[..., None]
+            mean = (hidden * mask).sum(1) / mask.sum(1)
+            np.testing.assert_allclose(served["embedding"], mean / np.linalg.norm(mean, axis=-1, keepdims=True),
+                                       atol=1e-5, err_msg=name)
+        pieces = [len(t) for t in tokenizer.tokenize(tf.constant(TEXTS)).to_list()]
+        if pairs:
+            pieces = [a + len(b) for a, b in zip(pieces, tokenizer.tokenize(tf.constant(PAIRS)).to_list())]
+        assert served["num_tokens"] == pieces, name
+        assert served["truncated"] == [n > length - specials[name][bool(pairs)] for n in pieces], name
+        assert any(served["truncated"]) and not all(served["truncated"]), (name, pieces)
+    assert exported["served"]["roberta"]["pair"]["truncated"][2] and exported["served"]["roberta"]["pair"][
+        "num_tokens"][2] == 12 - 3  # "   " + "the cat": 9 pieces, 8 fit
+    assert exported["served"]["roberta"]["label_names"] == LABELS
 
 
 def test_bad_serving_inputs_are_refused(exported):
@@ -254,6 +336,14 @@ def test_bad_export_arguments_are_refused(tmp_path):
     for bad in (LENGTH + 1, 2, True, 8.0):
         with pytest.raises(ValueError, match="`sequence_length` must be an integer in"):
             export_text_model(classifier, tokenizer, path, sequence_length=bad)
+    roberta_model, roberta, _, _ = _family_models(tmp_path)["roberta"]
+    with pytest.raises(ValueError, match="task='tagger' marks word starts.*RobertaTokenizer"):
+        export_text_model(BertTokenClassifier(roberta_model.backbone, num_tags=2), roberta, path, sequence_length=8,
+                          task="tagger")
+    with pytest.raises(ValueError, match=r"`sequence_length` must be an integer in \[4, 16\].*position offset 2"):
+        export_text_model(roberta_model, roberta, path, sequence_length=LENGTH + 1)
+    with pytest.raises(ValueError, match="BERT family's tokenizer"):
+        export_text_model(classifier, object(), path, sequence_length=LENGTH)
     big = BertTokenizer(list(SPECIAL_TOKENS) + WORDS + [f"w{i}" for i in range(50)])
     with pytest.raises(ValueError, match="vocabulary_size"):
         export_text_model(classifier, big, path, sequence_length=LENGTH)

@@ -140,6 +140,11 @@ def test_albert_and_xlm_roberta_ids_special_tokens_and_packing(tmp_path):
     dataset = tf.data.Dataset.from_tensor_slices(UNICODE).batch(5).map(xlmr.tokenize)
     assert [row for batch in dataset for row in batch.to_list()] == fairseq
 
+    # seeding clears the kernels that own the SentencePiece resource: a named error, not TensorFlow's NotFoundError
+    tf.random.set_seed(0)
+    with pytest.raises(RuntimeError, match="XLMRobertaTokenizer.*resource was destroyed.*after seeding"):
+        xlmr.tokenize("Hello")
+
 
 def test_the_entry_point_picks_the_tokenizer_from_the_directory(tmp_path, roberta_directory):
     (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a")))
