@@ -255,7 +255,9 @@ def build_bert(role, sizes):
     learning_rate, warmup, total = 1e-4, 10, 10_000
     keras.utils.set_random_seed(0)
     if role == "ours":
-        model = BertPretrainer(BertBackbone(BertConfig(dropout=sizes.get("dropout", DROPOUT), **model_sizes)))
+        model = BertPretrainer(BertBackbone(BertConfig(
+            dropout=sizes.get("dropout", DROPOUT), attention_implementation=sizes.get("attention_implementation", "auto"),
+            **model_sizes)))
         model.compile_for_pretraining(learning_rate, warmup_steps=warmup, total_steps=total, jit_compile=True)
         return model, ("attnlayers.applications.bert.BertPretrainer(BertBackbone(BertConfig(...))), "
                        "compile_for_pretraining")
@@ -588,8 +590,9 @@ def parse_args(argv=None):
                         help="gpt and bert, both sides: the dropout rate of the embeddings, residual branches and "
                              f"attention weights (default {DROPOUT}, GPT-2's and BERT's)")
     parser.add_argument("--attention-implementation", default="auto", metavar="ROUTE",
-                        help="gpt, ours: GPTConfig(attention_implementation=ROUTE): auto (default), exact, chunked, "
-                             "fused or flash (the Pallas kernel that keeps the attention dropout)")
+                        help="gpt and bert, ours: GPTConfig / BertConfig(attention_implementation=ROUTE): auto "
+                             "(default), exact, chunked, fused or flash (the Pallas kernel that keeps the attention "
+                             "dropout)")
     parser.add_argument("--loss-chunk-size", type=int, default=None, metavar="C",
                         help="gpt, ours: the chunked loss from the hidden states, C tokens a chunk "
                              "(runs.causal_lm_loss(C)); default: the loss from the logits")
@@ -627,7 +630,7 @@ def main(argv=None):
     flops_rate = peak_flops(args, device, precision)
     sizes = {**SIZES[args.size]}
     # The toggles of ours' GPT (recorded with the sizes in each row).
-    sizes["bert"] = {**sizes["bert"], "dropout": args.dropout}
+    sizes["bert"] = {**sizes["bert"], "dropout": args.dropout, "attention_implementation": args.attention_implementation}
     sizes["gpt"] = {**sizes["gpt"], "vocabulary_padding": args.vocabulary_padding, "dropout": args.dropout,
                     "attention_implementation": args.attention_implementation,
                     "loss_chunk_size": args.loss_chunk_size}

@@ -101,7 +101,8 @@ class BertBackbone(keras.Model):
             config.layer_groups, config.num_heads, config.intermediate_dim, dropout=config.dropout,
             activation="gelu" if config.activation == "gelu" else gelu_approximate,
             layer_norm_epsilon=config.layer_norm_epsilon, normalize_first=False, kernel_initializer=_initializer(),
-            attention_kwargs={"dropout": config.attention_dropout}, name="encoder", dtype=self.dtype_policy,
+            attention_kwargs={"dropout": config.attention_dropout, "implementation": config.attention_implementation},
+            name="encoder", dtype=self.dtype_policy,
         )
         self.pooler = None
         if config.pooler:

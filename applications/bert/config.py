@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from attnlayers.routes import IMPLEMENTATIONS
 from attnlayers.validation import (
     check_divisible,
     is_int,
@@ -82,6 +83,9 @@ class BertConfig:
             offset + t of the position table, so sequences hold at most max_sequence_length - offset tokens.
         pooler: build the tanh pooler and return "pooled_output" (DistilBERT has none).
         activation: the feed-forward GELU, "gelu" (erf) or "gelu_approximate" (tanh) [hidden_act].
+        attention_implementation: the route of every attention (:class:`attnlayers.MultiHeadAttention`'s
+            ``implementation``): "auto" (the default), "exact", "chunked", "fused" or "flash" (the Pallas kernel
+            that keeps the attention dropout: JAX on a GPU). A named route that cannot compute a call raises.
         num_segments may be 0 (DistilBERT): no segment table; segment ids, if given, must then be 0.
     """
 
@@ -102,6 +106,7 @@ class BertConfig:
     position_offset: int = 0
     pooler: bool = True
     activation: str = "gelu"
+    attention_implementation: str = "auto"
 
     def __post_init__(self):
         for name in ("vocabulary_size", "max_sequence_length", "num_layers", "num_heads", "hidden_dim",
@@ -130,6 +135,7 @@ class BertConfig:
         if self.attention_dropout is None:
             self.attention_dropout = self.dropout
         self.attention_dropout = rate_in_unit_interval(self.attention_dropout, "attention_dropout")
+        one_of(self.attention_implementation, "attention_implementation", IMPLEMENTATIONS)
         if not (isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0):
             raise ValueError(f"`layer_norm_epsilon` must be a positive number; received {self.layer_norm_epsilon!r}.")
         if not (is_int(self.pad_token_id) and 0 <= self.pad_token_id < self.vocabulary_size):

@@ -185,3 +185,18 @@ def test_copy_keras_hub_weights_names_mismatches():
     message = str(error.value)
     assert "transformer_layer_0/feedforward_intermediate_dense/kernel (8, 16)" in message
     assert "encoder/transformerencoderblock_3/self_attention/query/kernel" in message  # not copied
+
+
+def test_attention_implementation_reaches_every_attention():
+    """BertConfig(attention_implementation=...) is every encoder block's MultiHeadAttention option (the route its
+    calls take, recorded in last_attention); an unknown name is refused."""
+    from attnlayers.layer_walk import nested_layers
+
+    backbone = BertBackbone(BertConfig(vocabulary_size=32, num_layers=2, hidden_dim=16, num_heads=2,
+                                       intermediate_dim=32, attention_implementation="chunked"))
+    ids = np.arange(16, dtype="int32").reshape(2, 8)
+    backbone({"token_ids": ids, "padding_mask": ids > 0}, training=True)
+    taken = [layer.last_attention for layer in nested_layers(backbone) if hasattr(layer, "last_attention")]
+    assert len(taken) == 2 and all(route.route == "chunked" for route in taken), taken
+    with pytest.raises(ValueError, match="attention_implementation.*'cudnn'"):
+        BertConfig(attention_implementation="cudnn")
