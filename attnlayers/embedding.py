@@ -43,6 +43,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         inputs: token ids (B, T); or, with ``reverse=True``, hidden states (B, T, d).
         segment_ids: (B, T) ints in [0, num_segments), required iff ``num_segments`` is set.
         start_index: position of the first token (cached decoding).
+        positions: (B, T) int, the position of each token (learned positions only; replaces ``start_index``):
+            e.g. RoBERTa's, numbered over the real tokens so that left padding does not shift them.
         reverse: project hidden states to logits instead of embedding tokens.
 
     Returns:
@@ -115,7 +117,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if self.output_bias:
             self.bias = self.add_weight(name="output_bias", shape=(self.vocabulary_size,), initializer="zeros")
 
-    def call(self, inputs, segment_ids=None, start_index=0, reverse=False):
+    def call(self, inputs, segment_ids=None, start_index=0, reverse=False, positions=None):
         if reverse:
             return self._project(inputs)
         check_tensor(inputs, "inputs", "(batch, length)")
@@ -128,7 +130,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         x = self.token_embedding(inputs)
         if self.scale_embeddings:
             x = x * ops.cast(math.sqrt(self.embedding_dim), x.dtype)
-        x = x + self.position_embedding(x, start_index=start_index)
+        if positions is None:
+            x = x + self.position_embedding(x, start_index=start_index)
+        else:
+            x = x + self._rows_at(positions, inputs)
         if segment_ids is not None:
             if tuple(segment_ids.shape) != tuple(inputs.shape) and None not in segment_ids.shape + inputs.shape:
                 raise ValueError(
@@ -137,6 +142,16 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 )
             x = x + self.segment_embedding(segment_ids)
         return x
+
+    def _rows_at(self, positions, inputs):
+        """P[positions]: (B, T, d) rows of the learned position table."""
+        if self.position != "learned":
+            raise ValueError(f"`positions` needs position='learned'; this layer has position={self.position!r}.")
+        if tuple(positions.shape) != tuple(inputs.shape) and None not in tuple(positions.shape) + tuple(inputs.shape):
+            raise ValueError(f"`positions` must have the shape of `inputs` {tuple(inputs.shape)}; received "
+                             f"{tuple(positions.shape)}.")
+        table = ops.cast(self.position_embedding.embeddings, self.compute_dtype)
+        return ops.take(table, ops.cast(positions, "int32"), axis=0)
 
     def _project(self, hidden):
         """logits = h E^T (+ b): the tied output projection (Press & Wolf 2017), its V real columns."""
@@ -160,7 +175,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def compute_output_shape(self, inputs_shape, segment_ids_shape=None):
         return tuple(inputs_shape[:2]) + (self.embedding_dim,)
 
-    def compute_output_spec(self, inputs, segment_ids=None, start_index=0, reverse=False):
+    def compute_output_spec(self, inputs, segment_ids=None, start_index=0, reverse=False, positions=None):
         if reverse:
             shape = tuple(inputs.shape[:-1]) + (self.vocabulary_size,)
         else:

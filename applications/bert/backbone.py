@@ -164,10 +164,15 @@ class BertBackbone(keras.Model):
     def call(self, inputs, return_hidden_states=False, training=None):
         token_ids, segment_ids, padding_mask = self._inputs(inputs)
         config = self.config
-        # E[token] + P[offset + position] + G[segment]. RoBERTa numbers the real tokens from padding_idx + 1
-        # (fairseq's make_positions): the same rows wherever padding is on the right, as the packers put it.
+        # E[token] + P[position] + G[segment]. BERT: position t. RoBERTa (offset = padding_idx + 1) numbers the real
+        # tokens from the offset and gives padding row padding_idx (fairseq's make_positions), so left padding
+        # shifts nothing: p_t = offset + (real tokens up to t) - 1 at a real token, offset - 1 at padding.
+        positions = None
+        if config.position_offset:
+            count = ops.cumsum(ops.cast(padding_mask, "int32"), axis=1)
+            positions = ops.where(padding_mask, config.position_offset + count - 1, config.position_offset - 1)
         x = self.embeddings(token_ids, segment_ids=segment_ids if config.num_segments else None,
-                            start_index=config.position_offset)
+                            positions=positions)
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
         h = x if self.embedding_projection is None else self.embedding_projection(x)  # E -> d (ALBERT)
         if config.layer_groups == config.num_layers:

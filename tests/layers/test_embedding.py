@@ -122,3 +122,19 @@ def test_missing_inputs_and_changed_feature_size():
         layer(np.zeros((B, T, D - 1), "float32"), reverse=True)
     with pytest.raises(ValueError, match=r"`inputs` must have shape \(batch, length\)"):
         layer(np.zeros((B, T, D), "float32"))
+
+
+def test_explicit_positions_read_those_rows_of_the_learned_table():
+    """positions (B, T) replaces start_index: start + arange gives start_index's output; any rows can be read; the
+    sinusoidal encoding and a shape that is not the tokens' are refused."""
+    layer = TokenAndPositionEmbedding(10, 8, 4)
+    ids = np.array([[1, 2, 3], [4, 5, 6]], "int32")
+    expected = layer(ids, start_index=2)
+    np.testing.assert_allclose(layer(ids, positions=np.array([[2, 3, 4]] * 2)), expected, atol=1e-6)
+    got = layer(ids, positions=np.array([[0, 0, 1], [7, 5, 6]]))
+    table = layer.position_embedding.embeddings.numpy()
+    np.testing.assert_allclose(got - layer.token_embedding(ids), table[[[0, 0, 1], [7, 5, 6]]], atol=1e-6)
+    with pytest.raises(ValueError, match="`positions` must have the shape of `inputs`"):
+        layer(ids, positions=np.array([[0, 1]] * 2))
+    with pytest.raises(ValueError, match="`positions` needs position='learned'"):
+        TokenAndPositionEmbedding(10, 8, 4, position="sinusoidal")(ids, positions=np.array([[0, 1, 2]] * 2))

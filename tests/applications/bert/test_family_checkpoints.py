@@ -227,6 +227,11 @@ def test_roberta_positions_start_after_the_pad_id(tmp_path):
     assert np.abs(_outputs(shifted, "roberta")[0] - sequence)[MASK].max() > 1e-2
     with pytest.raises(ValueError, match=r"11 positions but max_sequence_length is 12 - position_offset 2"):
         backbone({"token_ids": np.full((1, 11), 5, "int32")})
+    # positions count real tokens (Hugging Face's create_position_ids_from_input_ids): left padding shifts nothing
+    right, left = np.array([[0, 5, 6, 7, 2, 1, 1]], "int32"), np.array([[1, 1, 0, 5, 6, 7, 2]], "int32")
+    out_right = backbone({"token_ids": right, "padding_mask": right != 1})["sequence_output"]
+    out_left = backbone({"token_ids": left, "padding_mask": left != 1})["sequence_output"]
+    np.testing.assert_allclose(np.asarray(out_left)[:, 2:], np.asarray(out_right)[:, :5], atol=1e-5)
 
     prefixed = {"roberta." + k: v for k, v in tensors.items()}
     xlmr, info = load_hf_checkpoint(_write(tmp_path / "x", "xlm-roberta", prefixed))
