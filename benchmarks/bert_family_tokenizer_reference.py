@@ -1,10 +1,11 @@
-"""The BERT family's tokenizers (RoBERTa, ALBERT, XLM-RoBERTa) against transformers' on a Unicode set: the same
-ids, text by text, single texts and pairs with their special tokens? Goal: 0 mismatches.
+"""The BERT family's tokenizers (RoBERTa, ALBERT, XLM-RoBERTa) and XLNet's against transformers' on a Unicode set:
+the same ids, text by text, single texts and pairs with their special tokens? Goal: 0 mismatches.
 
 No real checkpoint can be downloaded here, so small vocabularies are trained first (this process): a RoBERTa
 byte-level BPE (Hugging Face ``tokenizers``, RoBERTa's five special tokens), an ALBERT spiece.model (a SentencePiece
-unigram model, ALBERT's special pieces) and an XLM-R sentencepiece.bpe.model (a SentencePiece unigram model with
-SentencePiece's default <unk> <s> </s>, as XLM-R's), each on this repository's Markdown files plus the Unicode set.
+unigram model, ALBERT's special pieces), an XLM-R sentencepiece.bpe.model (a SentencePiece unigram model with
+SentencePiece's default <unk> <s> </s>, as XLM-R's) and an XLNet spiece.model (XLNet's nine special pieces first, as
+xlnet-base-cased's), each on this repository's Markdown files plus the Unicode set.
 transformers (never a dependency: a separate environment, since torch and TensorFlow do not share a process) loads
 each directory with its ``from_pretrained`` and writes its ids to a JSON file; ours are compared with them.
 
@@ -12,7 +13,8 @@ each directory with its ``from_pretrained`` and writes its ids to a JSON file; o
     python benchmarks/bert_family_tokenizer_reference.py --reference-python /tmp/gguf_tf_ref/bin/python \\
         --reference-path /tmp/spref
 
-Prints one row per tokenizer: texts, ids equal (no special tokens), with special tokens, pairs; then each mismatch.
+Prints one row per tokenizer and text set: texts, ids equal (no special tokens), with special tokens, pairs; then
+each mismatch.
 """
 
 import argparse
@@ -45,7 +47,13 @@ FAMILIES = {  # name -> (directory, tokenizer_config.json, transformers' class)
     "albert, cased, accents kept": ("albert_cased", {"do_lower_case": False, "keep_accents": True},
                                     "AlbertTokenizer"),
     "xlm-roberta": ("xlm_roberta", {}, "XLMRobertaTokenizer"),
+    "xlnet": ("xlnet", {"do_lower_case": False, "keep_accents": False}, "XLNetTokenizer"),
+    "xlnet, lower-cased": ("xlnet_lower", {"do_lower_case": True}, "XLNetTokenizer"),
 }
+XLNET_SPECIAL = ["<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]  # after <unk> <s> </s>, xlnet-base-cased's
+# XLNet's special tokens in text (plain text for the other families)
+XLNET_TEXTS = ["Hello <cls> world<sep>", "a <mask> b<mask>c  <mask>", "<eod> end <eop>x<eop>", "<s>a</s> <unk>",
+               "``<pad>''", "Ünïcödé <sep> ΟΔΟΣ <cls>"]
 
 
 def random_strings(count):
@@ -106,6 +114,8 @@ def prepare(root):
         directory = root / folder
         if name.startswith("roberta"):
             write_roberta(directory, texts, config)
+        elif name.startswith("xlnet"):
+            write_sentencepiece(directory, "spiece.model", texts, config, control_symbols=XLNET_SPECIAL)
         elif name.startswith("albert"):
             write_sentencepiece(directory, "spiece.model", texts, config, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
                                 control_symbols=["[CLS]", "[SEP]", "[MASK]"])
@@ -141,8 +151,8 @@ def reference(root):
 
 def ours(root, sets):
     import numpy as np
-
     from attnlayers.applications.bert.family_tokenizers import tokenizer_from_directory
+    from attnlayers.applications.xlnet.tokenizer import XLNetTokenizer
 
     def unpadded(packed, key="token_ids"):
         mask = packed["padding_mask"].numpy()
@@ -150,7 +160,8 @@ def ours(root, sets):
 
     out = {}
     for name, (folder, _, _) in FAMILIES.items():
-        tokenizer = tokenizer_from_directory(root / folder)
+        load = XLNetTokenizer.from_directory if name.startswith("xlnet") else tokenizer_from_directory
+        tokenizer = load(root / folder)
         out[name] = {"class": type(tokenizer).__name__}
         for set_name, texts in sets.items():
             plain = tokenizer.tokenize(texts)
@@ -176,7 +187,8 @@ def main(argv=None):
     if args.reference:
         reference(pathlib.Path(args.directory))
         return 0
-    sets = {"Unicode set": UNICODE, "random strings": random_strings(args.random)}
+    sets = {"Unicode set": UNICODE, "random strings": random_strings(args.random),
+            "XLNet's special tokens": XLNET_TEXTS}
     with tempfile.TemporaryDirectory() as scratch:
         root = pathlib.Path(args.directory or scratch)
         prepare(root)

@@ -20,8 +20,9 @@ without either, the files the directory holds.
 
 from __future__ import annotations
 
-import json
 import os
+
+from ..core.tokenizers.directory import read_json, read_tokenizer_config, require_files
 
 __all__ = ["FAMILIES", "model_type_of", "read_tokenizer_config", "require_files", "tokenizer_from_directory"]
 
@@ -42,37 +43,6 @@ _TOKENIZER_CLASSES = {
 }
 
 
-def _read_json(path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{os.fspath(path)!r} is not valid UTF-8 JSON: {error}.") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{os.fspath(path)!r} must hold a JSON object; received {type(value).__name__}.")
-    return value
-
-
-def read_tokenizer_config(directory) -> dict:
-    """The directory's tokenizer_config.json as a dict ({} when absent)."""
-    path = os.path.join(directory, "tokenizer_config.json")
-    return _read_json(path) if os.path.isfile(path) else {}
-
-
-def require_files(directory, names, family) -> tuple:
-    """The paths of ``names`` in ``directory``.
-
-    Raises:
-        ValueError: naming the directory and the missing file, and what a `family` directory holds.
-    """
-    paths = tuple(os.path.join(directory, name) for name in names)
-    for path in paths:
-        if not os.path.isfile(path):
-            raise ValueError(f"`directory` {os.fspath(directory)!r} has no {os.path.basename(path)}; a Hugging Face "
-                             f"{family} tokenizer directory holds {', '.join(names)}.")
-    return paths
-
-
 def model_type_of(directory) -> str:
     """The family of a checkpoint directory: config.json's ``model_type``, else tokenizer_config.json's
     ``tokenizer_class``, else the first family whose files are all there (`FAMILIES` order).
@@ -82,7 +52,7 @@ def model_type_of(directory) -> str:
             identifies one.
     """
     config = os.path.join(directory, "config.json")
-    if os.path.isfile(config) and "model_type" in (read := _read_json(config)):
+    if os.path.isfile(config) and "model_type" in (read := read_json(config)):
         model_type = read["model_type"]
         if model_type not in FAMILIES:
             raise ValueError(f"{config!r}: model_type {model_type!r} is not of the BERT family; expected one of "

@@ -11,8 +11,9 @@ sizes, Hugging Face checkpoints and keras-hub's weights.
 Modules: ``config`` (XLNetConfig, PRESETS), ``segment`` (RelativeSegmentBias, XLNet's relative segment term),
 ``backbone`` (XLNetBackbone, XLNetBlock), ``checkpoint`` (Hugging Face and keras-hub weights), ``viewer`` (the
 content stream's attention in the interactive viewer), ``pretrainer`` (XLNetPretrainer: permutation LM), ``heads``
-(XLNetClassifier, XLNetTokenClassifier), ``inputs`` (XLNet's A <sep> B <sep> <cls> layout), ``pretraining`` (the
-recipe of examples/pretrain_xlnet.py: run_pretraining).
+(XLNetClassifier, XLNetTokenClassifier), ``inputs`` (XLNet's A <sep> B <sep> <cls> layout), ``tokenizer``
+(XLNetTokenizer: a spiece.model in TensorFlow ops, Hugging Face's ids), ``pretraining`` (the recipe of
+examples/pretrain_xlnet.py: run_pretraining).
 """
 
 from ..core.lazy import lazy_attributes

@@ -27,11 +27,11 @@ def special_tokens(pair):
 
 
 def truncate_pair(a, b, room):
-    """``(a, b)`` cut to at most ``room`` tokens together, a token at a time from the end of the longer one (as
-    BERT's and XLNet's data preparation); ``b`` may be None."""
+    """``(a, b)`` cut to at most ``room`` tokens together, a token at a time from the end of the longer one, ``b``
+    on a tie (as BERT's and XLNet's data preparation and Hugging Face's longest_first); ``b`` may be None."""
     a, b = list(a), None if b is None else list(b)
     while len(a) + (len(b) if b is not None else 0) > room:
-        if b is not None and len(b) > len(a):
+        if b is not None and len(b) >= len(a):  # a tie cuts b, as both references do
             b.pop()
         else:
             a.pop()
