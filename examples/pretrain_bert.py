@@ -4,6 +4,7 @@ checkpoint that examples/finetune_bert.py (and transformers.BertModel) loads.
     python examples/pretrain_bert.py --minutes 20                      # the recommended run: 2 CPU cores
     python examples/pretrain_bert.py --config mini --epochs 3 --strategy mirrored
     python examples/pretrain_bert.py --corpus text:my_corpus.txt --vocab vocab.txt --minutes 60
+    python examples/pretrain_bert.py --objective roberta --minutes 20  # the masked LM alone (no NSP)
 
 Data: --corpus kjv (the King James Bible, a document per chapter and a sentence per verse, from the Debian
 packages diatheke and sword-text-kjv: apt-get install diatheke sword-text-kjv), or text:PATH (BERT's own
@@ -18,6 +19,12 @@ near the start of learning when the budget ends) with BERT's AdamW, its learning
 tenth of the run to --learning-rate and decaying linearly to zero at its end (the --minutes budget, else the
 last epoch). The loss is the masked LM's plus 0.1 x the next-sentence loss (--nsp-weight; BERT adds the two: at
 1.0 the tiny model's masked LM stayed at the unigram stage, 0.17 held out, for 20 minutes; at 0.1 it reaches 0.41-0.43).
+
+--objective picks the sentence objective beside the masked LM (applications/bert/objectives.py): bert (next sentence
+prediction, the default), albert (ALBERT's sentence-order prediction: two consecutive segments of a chapter, in
+order or swapped; --nsp-weight weighs it) or roberta (the masked LM alone, on single segments of consecutive
+sentences; --nsp-weight is refused). Masks are drawn anew every epoch (RoBERTa's dynamic masking) for all three;
+the architecture is --config's for all three.
 
 At the end the script prints the held-out masked-LM and next-sentence accuracies beside their baselines (the
 most frequent training token predicted at every masked position; chance, 0.5, for NSP), draws them per epoch
@@ -44,6 +51,7 @@ PROG = os.path.basename(__file__)
 def parse_args(argv=None):
     from attnlayers.applications import core
     from attnlayers.applications.bert import PRESETS
+    from attnlayers.applications.bert.objectives import RECIPES
     from attnlayers.applications.bert.pretraining import DEFAULT_PRETRAINED, PretrainingSettings
     from attnlayers.applications.core.training.optimizers import add_optimizer_arguments, check_optimizer_arguments
 
@@ -67,9 +75,13 @@ def parse_args(argv=None):
     parser.add_argument("--max-predictions", type=int, default=default.max_predictions,
                         help=f"most masked tokens per pair (default {default.max_predictions})")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask every piece of a chosen word")
-    parser.add_argument("--nsp-weight", type=float, default=default.nsp_weight,
-                        help=f"the loss is MLM + this x NSP (default {default.nsp_weight:g}; BERT's 1.0 keeps a small "
-                             "model's masked LM at the unigram stage for thousands of steps)")
+    parser.add_argument("--objective", choices=tuple(RECIPES), default="bert",
+                        help="the sentence objective beside the masked LM: bert (next sentence prediction), albert "
+                             "(sentence-order prediction) or roberta (none: the masked LM alone) (default bert)")
+    parser.add_argument("--nsp-weight", type=float, default=None,
+                        help=f"the loss is MLM + this x NSP, or x SOP with --objective albert (default "
+                             f"{default.nsp_weight:g}; BERT's 1.0 keeps a small model's masked LM at the unigram stage "
+                             "for thousands of steps; refused with --objective roberta)")
     add_optimizer_arguments(parser, default, "pairs")
     parser.add_argument("--held-out", type=float, default=default.held_out,
                         help=f"share of the documents held out for evaluation (default {default.held_out:g})")
@@ -94,6 +106,12 @@ def parse_args(argv=None):
     if not 0 < args.held_out < 1:
         parser.error("--held-out must be between 0 and 1")
     check_optimizer_arguments(parser, args)
+    args.sentence_objective = RECIPES[args.objective]
+    if args.nsp_weight is not None and args.sentence_objective is None:
+        parser.error(f"--nsp-weight weighs the sentence objective's loss; --objective {args.objective} has none (the "
+                     "masked LM alone): leave --nsp-weight out")
+    if args.nsp_weight is None:
+        args.nsp_weight = default.nsp_weight
     if not args.nsp_weight >= 0:
         parser.error("--nsp-weight must be a number >= 0")
     return args
@@ -113,6 +131,7 @@ def settings_from_args(args):
         config=args.config, vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
         max_predictions=args.max_predictions, batch_size=args.batch_size, learning_rate=args.learning_rate,
         warmup_fraction=args.warmup_fraction, weight_decay=args.weight_decay, nsp_weight=args.nsp_weight,
+        sentence_objective=args.sentence_objective,
         whole_word_masking=args.whole_word_masking, held_out=args.held_out, minutes=args.minutes, backup_every=args.backup_every,
         epochs=args.epochs, seed=args.seed)
 

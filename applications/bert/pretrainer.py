@@ -1,6 +1,8 @@
 """BERT pretraining (Devlin et al. 2019, section 3.1 and appendix A): the masked LM and next sentence prediction
 heads over a :class:`~attnlayers.applications.bert.BertBackbone`, and BERT's optimizer (AdamW, linear warm-up then
-linear decay, no weight decay on LayerNorm and bias weights), which the fine-tuning heads share.
+linear decay, no weight decay on LayerNorm and bias weights), which the fine-tuning heads share. The sentence head is
+an option (``sentence_objective``, :mod:`.objectives`): NSP (BERT, the default), ALBERT's sentence-order prediction
+("sop": the same head on the pooled output, output and labels "sop") or none (the masked LM alone, RoBERTa's).
 
     features {"token_ids", "segment_ids", "padding_mask"} (B, T), {"mask_positions"} (B, P)
       -> BertBackbone -> sequence_output (B, T, d), pooled_output (B, d)
@@ -36,6 +38,7 @@ from attnlayers.validation import (
 from ..core.training.optimizers import decoupled_adamw, no_weight_decay
 from ..core.training.schedules import WarmupLinearDecay
 from .backbone import build_on_zeros
+from .objectives import check_sentence_objective
 
 __all__ = ["BACKBONE_INPUTS", "BertMaskedLMHead", "BertPretrainer", "BertTask", "NO_WEIGHT_DECAY", "PACKAGE",
            "PRETRAINING_INPUTS", "bert_optimizer"]
@@ -113,12 +116,33 @@ class BertTask(keras.Model):
     # LoRA on the backbone (attnlayers.lora): the task's head stays trainable, as with keras-hub's
     # task.backbone.enable_lora(rank); the adapter file holds the backbone's adapters (save the head's weights apart)
     def enable_lora(self, rank, target=("query", "value"), alpha=None):
+        """LoRA adapters on the backbone's projections (:func:`attnlayers.lora.enable_lora`); the head stays
+        trainable.
+
+        Args:
+            rank: r, a positive int.
+            target: the projections to adapt (default: query and value).
+            alpha: the scale's numerator, alpha / r; None: r (scale 1).
+
+        Returns:
+            The keys of the backbone's projections that got adapters.
+        """
         return lora.enable_lora(self.backbone, rank, target=target, alpha=alpha)
 
     def save_lora_weights(self, path):
+        """Writes the backbone's LoRA adapters (:func:`attnlayers.lora.save_lora_weights`; not the head's weights).
+
+        Args:
+            path: the adapter file.
+        """
         lora.save_lora_weights(self.backbone, path)
 
     def load_lora_weights(self, path):
+        """Reads the backbone's LoRA adapters from a :meth:`save_lora_weights` file.
+
+        Args:
+            path: the adapter file.
+        """
         lora.load_lora_weights(self.backbone, path)
 
     def merge_lora(self):
@@ -258,10 +282,15 @@ class BertMaskedLMHead(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class BertPretrainer(BertTask):
     """BERT's pretraining model: the masked LM and next sentence prediction over a backbone (Devlin et al. 2019,
-    section 3.1), trained with ``model.fit``.
+    section 3.1), trained with ``model.fit``; or the masked LM with ALBERT's sentence-order prediction, or alone
+    (``sentence_objective``).
 
     Args:
         backbone: a :class:`~attnlayers.applications.bert.BertBackbone`.
+        sentence_objective: "nsp" (BERT: output "nsp", 0 = IsNext, 1 = NotNext), "sop" (ALBERT, Lan et al. 2020,
+            section 3.1: output "sop", 0 = in order, 1 = swapped) or None (the masked LM alone, RoBERTa's: output
+            "mlm" only, no sentence head). "nsp" and "sop" classify the pooled output: a backbone without a pooler
+            (``BertConfig(pooler=False)``, DistilBERT's) takes None only.
 
     Call arguments:
         inputs: a dict: "token_ids" int (B, T) (with the masked tokens replaced by [MASK] / random / kept, as
@@ -271,32 +300,52 @@ class BertPretrainer(BertTask):
         training: enables dropout.
 
     Returns:
-        {"mlm": (B, P, V) logits at mask_positions, "nsp": (B, 2) logits, 0 = IsNext, 1 = NotNext}.
+        {"mlm": (B, P, V) logits at mask_positions, "nsp": (B, 2) logits, 0 = IsNext, 1 = NotNext}; with
+        ``sentence_objective="sop"``, "sop" (B, 2) (0 = in order, 1 = swapped) instead of "nsp"; with None, "mlm"
+        alone.
 
-    Training: labels {"mlm": (B, P) original token ids, "nsp": (B,) int}; sample weights
-    {"mlm": mask_weights (B, P)}, 1 at real predictions and 0 at padded ones (weights for "nsp" may be given
-    too; missing ones are 1). :meth:`compile_for_pretraining` sets the loss: the MLM cross-entropy averaged over
-    real predictions (``reduction="mean_with_sample_weight"``) + the NSP cross-entropy averaged over the batch;
-    metrics "mlm_accuracy" (weighted by mask_weights) and "nsp_accuracy".
+    Training: labels {"mlm": (B, P) original token ids, "nsp": (B,) int} ("sop" for SOP; "mlm" alone for None:
+    ``pretraining_dataset(sentence_objective=...)`` gives each); sample weights {"mlm": mask_weights (B, P)}, 1 at
+    real predictions and 0 at padded ones (weights for "nsp" / "sop" may be given too; missing ones are 1).
+    :meth:`compile_for_pretraining` sets the loss: the MLM cross-entropy averaged over real predictions
+    (``reduction="mean_with_sample_weight"``) + the sentence cross-entropy averaged over the batch; metrics
+    "mlm_accuracy" (weighted by mask_weights) and "nsp_accuracy" (or "sop_accuracy"; none for None).
 
     Example:
     >>> model = BertPretrainer(BertBackbone(BertConfig.preset("mini", vocabulary_size=8000)))
     >>> model.compile_for_pretraining(1e-4, warmup_steps=1000, total_steps=100_000)
     >>> model.fit(dataset)  # yields (features, {"mlm": ids, "nsp": is_random}, {"mlm": mask_weights})
+    >>> roberta_style = BertPretrainer(BertBackbone(BertConfig.preset("mini", pooler=False)), sentence_objective=None)
     """
 
     input_names = PRETRAINING_INPUTS
     required_inputs = ("token_ids", "mask_positions")
 
-    def __init__(self, backbone, **kwargs):
+    def __init__(self, backbone, sentence_objective="nsp", **kwargs):
         super().__init__(backbone, **kwargs)
+        self.sentence_objective = check_sentence_objective(sentence_objective)
         config = backbone.config
+        if self.sentence_objective is not None and not config.pooler:
+            raise ValueError(
+                f"BertPretrainer(sentence_objective={self.sentence_objective!r}) classifies the backbone's "
+                "pooled_output; this backbone has none (its config has pooler=False, as DistilBERT's). Pass "
+                "sentence_objective=None (the masked LM alone, as RoBERTa and DistilBERT pretrain) or give the "
+                "backbone a pooler (BertConfig(pooler=True))."
+            )
         self.mlm_head = BertMaskedLMHead(config.vocabulary_size, layer_norm_epsilon=config.layer_norm_epsilon,
                                          name="mlm_head", dtype=self.dtype_policy)
-        self.nsp_head = keras.layers.Dense(2, kernel_initializer=_initializer(), name="nsp_head",
-                                           dtype=self.dtype_policy)
         self.mlm_head.build((None, None, config.hidden_dim))
-        self.nsp_head.build((None, config.hidden_dim))
+        if self.sentence_objective is not None:
+            # self.nsp_head or self.sop_head: the attribute and layer name that .keras files and checkpoints know
+            head = keras.layers.Dense(2, kernel_initializer=_initializer(), name=f"{self.sentence_objective}_head",
+                                      dtype=self.dtype_policy)
+            head.build((None, config.hidden_dim))
+            setattr(self, f"{self.sentence_objective}_head", head)
+
+    @property
+    def pretraining_outputs(self):
+        """The outputs' keys: ("mlm", "nsp"), ("mlm", "sop") or ("mlm",)."""
+        return ("mlm",) if self.sentence_objective is None else ("mlm", self.sentence_objective)
 
     def _check_positions(self, mask_positions, token_ids):
         check_rank(mask_positions.shape, 2, "mask_positions", "(batch, predictions) of positions")
@@ -317,25 +366,31 @@ class BertPretrainer(BertTask):
         out = self.backbone(backbone_inputs, training=training)
         # E read through the embedding layer: dequantized under model.quantize (its `embeddings` would be the integers)
         mlm = self.mlm_head(out["sequence_output"], mask_positions, float_rows(self.backbone.token_embedding))
-        return {"mlm": mlm, "nsp": self.nsp_head(out["pooled_output"])}
+        if self.sentence_objective is None:
+            return {"mlm": mlm}
+        head = getattr(self, f"{self.sentence_objective}_head")
+        return {"mlm": mlm, self.sentence_objective: head(out["pooled_output"])}
 
     # ---- training ---------------------------------------------------------------------------------------------
 
     def _sample_weight(self, y, sample_weight):
-        """The sample weights as a dict over both outputs (Keras needs every output's, or none): missing ones
+        """The sample weights as a dict over every output (Keras needs every output's, or none): missing ones
         are ones."""
         if sample_weight is None:
             return None
+        names = self.pretraining_outputs
         if not isinstance(sample_weight, dict):
+            optional = f" (and optionally {names[1]!r} (B,))" if len(names) > 1 else ""
             raise ValueError(
-                "BertPretrainer's sample weights are a dict, {'mlm': mask_weights (B, P)} (and optionally 'nsp' "
-                f"(B,)); received {type(sample_weight).__name__}."
+                f"BertPretrainer's sample weights are a dict, {{'mlm': mask_weights (B, P)}}{optional}; received "
+                f"{type(sample_weight).__name__}."
             )
-        unknown = sorted(set(sample_weight) - {"mlm", "nsp"})
+        unknown = sorted(set(sample_weight) - set(names))
         if unknown:
-            raise ValueError(f"BertPretrainer's sample weights have keys 'mlm', 'nsp'; received unknown {unknown}.")
+            raise ValueError(f"BertPretrainer's sample weights have keys {', '.join(map(repr, names))} "
+                             f"(sentence_objective={self.sentence_objective!r}); received unknown {unknown}.")
         completed = {}
-        for key in ("mlm", "nsp"):
+        for key in names:
             weight = sample_weight.get(key)
             if weight is None:
                 weight = ops.ones(ops.shape(y[key])[:2] if key == "mlm" else ops.shape(y[key])[:1], "float32")
@@ -352,19 +407,44 @@ class BertPretrainer(BertTask):
                                 weight_decay=0.01, nsp_weight=1.0, **kwargs):
         """``compile`` as BERT pretrains (appendix A.2): :func:`bert_optimizer` (AdamW, linear warm-up to
         ``learning_rate`` over ``warmup_steps``, linear decay to 0 at ``total_steps``, no decay of LayerNorm
-        and bias weights), the loss MLM + ``nsp_weight`` x NSP (BERT's sum: 1.0) and the accuracies. ``kwargs``
-        go to ``compile`` (e.g. ``jit_compile``, ``steps_per_execution``)."""
+        and bias weights), the loss MLM + ``nsp_weight`` x the sentence objective's (NSP's, or SOP's; BERT and
+        ALBERT sum them: 1.0) and the accuracies; the MLM loss and accuracy alone with ``sentence_objective=None``
+        (the logs then hold "loss", the MLM's, and "mlm_accuracy", no "mlm_loss").
+
+        Args:
+            learning_rate: the peak learning rate (or a schedule: see :func:`bert_optimizer`).
+            warmup_steps, total_steps: the linear warm-up and decay (:class:`WarmupLinearDecay`).
+            weight_decay: the decoupled weight decay (BERT: 0.01).
+            nsp_weight: the sentence objective's weight in the loss (BERT's 1.0); with ``sentence_objective=None``
+                it weighs nothing and must stay 1.0 (another value is refused).
+            **kwargs: go to ``compile`` (e.g. ``jit_compile``, ``steps_per_execution``).
+        """
         nsp_weight = non_negative_number(nsp_weight, "nsp_weight")
+        objective = self.sentence_objective
+        if objective is None and nsp_weight != 1.0:
+            raise ValueError(
+                "`nsp_weight` weighs the sentence objective's loss; this BertPretrainer has none "
+                f"(sentence_objective=None: the masked LM alone). Leave it out; received nsp_weight={nsp_weight!r}."
+            )
+        # the mean over real predictions: sum(w * nll) / sum(w)
+        losses = {"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                    reduction="mean_with_sample_weight")}
+        loss_weights = {"mlm": 1.0}
+        metrics = {}
+        if objective is not None:
+            losses[objective] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+            loss_weights[objective] = nsp_weight
+            metrics[objective] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         self.compile(
-            loss_weights={"mlm": 1.0, "nsp": nsp_weight},
+            loss_weights=loss_weights,
             optimizer=bert_optimizer(learning_rate, warmup_steps, total_steps, weight_decay),
-            loss={
-                # the mean over real predictions: sum(w * nll) / sum(w)
-                "mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  reduction="mean_with_sample_weight"),
-                "nsp": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            },
-            weighted_metrics={"mlm": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
-            metrics={"nsp": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
+            loss=losses,
+            # Keras prefixes the output's name only when there are several outputs: "mlm_accuracy" in every case
+            weighted_metrics={"mlm": [keras.metrics.SparseCategoricalAccuracy(
+                name="accuracy" if objective else "mlm_accuracy")]},
+            metrics=metrics or None,
             **kwargs,
         )
+
+    def get_config(self):
+        return {**super().get_config(), "sentence_objective": self.sentence_objective}

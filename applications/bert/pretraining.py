@@ -1,4 +1,5 @@
-"""BERT pretraining on the King James Bible (masked LM + next sentence prediction), the recipe of
+"""BERT pretraining on the King James Bible (masked LM + next sentence prediction; or ALBERT's sentence-order
+prediction, or the masked LM alone as RoBERTa: ``PretrainingSettings.sentence_objective``), the recipe of
 examples/pretrain_bert.py and benchmarks/bert_pretraining.py:
 
     result = run_pretraining(PretrainingSettings(minutes=20), "artifacts/bert/pretrained")
@@ -7,8 +8,9 @@ examples/pretrain_bert.py and benchmarks/bert_pretraining.py:
 :class:`BertPretrainer` of a named size, :func:`pretraining_dataset` batches, BERT's AdamW whose learning rate
 warms up over the first tenth of the run and decays linearly to zero when the run ends
 (:class:`~attnlayers.applications.core.BudgetedLearningRate`: the end is the time budget when there is one, else
-the last step of the last epoch), then the held-out masked-LM and next-sentence accuracies beside their
-baselines (the most frequent training token at every masked position; chance, 0.5, for NSP), a curve picture,
+the last step of the last epoch), then the held-out masked-LM and next-sentence (or sentence-order) accuracies
+beside their baselines (the most frequent training token at every masked position; chance, 0.5, for NSP / SOP), a
+curve picture,
 and the backbone saved as a Hugging Face checkpoint with its vocab.txt.
 """
 
@@ -43,9 +45,12 @@ class PretrainingSettings:
         max_predictions: P, masked tokens per sequence (BERT's 20 for L = 128).
         batch_size, learning_rate (the peak), warmup_fraction (of the run), weight_decay: BERT's AdamW (the
             peak's measurement: benchmarks/README.md, BERT).
-        nsp_weight: the loss is MLM + nsp_weight x NSP. BERT sums the two (1.0); at 1.0 the masked LM of a
-            small BERT stays at the unigram stage for thousands of steps, and 0.1 lets it learn from context
-            (benchmarks/README.md, BERT).
+        nsp_weight: the loss is MLM + nsp_weight x NSP (or SOP). BERT sums the two (1.0); at 1.0 the masked LM of
+            a small BERT stays at the unigram stage for thousands of steps, and 0.1 lets it learn from context
+            (benchmarks/README.md, BERT). Not used with ``sentence_objective=None``.
+        sentence_objective: "nsp" (BERT's next sentence prediction), "sop" (ALBERT's sentence-order prediction)
+            or None (the masked LM alone, RoBERTa's; single segments of consecutive sentences): see
+            :mod:`~attnlayers.applications.bert.objectives`. Masks are dynamic (drawn anew each epoch) for all three.
         whole_word_masking: mask every piece of a chosen word.
         held_out: the share of documents (chapters) held out for evaluation.
         minutes: the training budget, or None. epochs: passes over the pairs (None: 10, or until the budget).
@@ -63,6 +68,7 @@ class PretrainingSettings:
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     nsp_weight: float = 0.1
+    sentence_objective: str | None = "nsp"
     whole_word_masking: bool = False
     held_out: float = 0.05
     minutes: float | None = None
@@ -107,23 +113,29 @@ def most_frequent_token(counts, tokenizer):
 
 def pretraining_baselines(dataset, token_id):
     """The baselines on a pretraining dataset's masked positions: the accuracy of predicting ``token_id``
-    everywhere, and the share of the NSP majority label."""
+    everywhere, and the share of the sentence objective's majority label ("nsp_chance" / "nsp_majority", or
+    "sop_..."; none for the masked LM alone). "pairs" counts the sequences."""
     hits = masked = 0.0
-    nsp = []
+    sentence, key, sequences = [], None, 0
     for _, labels, weights in dataset:
         w = weights["mlm"].numpy()
         hits += float(((labels["mlm"].numpy() == token_id) * w).sum())
         masked += float(w.sum())
-        nsp.append(labels["nsp"].numpy())
-    nsp = np.concatenate(nsp) if nsp else np.zeros(0, np.int32)
-    majority = float(max(np.mean(nsp == 0), np.mean(nsp == 1))) if len(nsp) else 0.0
-    return {"mlm_most_frequent_token": hits / max(masked, 1.0), "nsp_chance": 0.5, "nsp_majority": majority,
-            "pairs": int(len(nsp)), "masked_tokens": int(masked)}
+        sequences += len(w)
+        key = next((name for name in ("nsp", "sop") if name in labels), None)
+        if key is not None:
+            sentence.append(labels[key].numpy())
+    result = {"mlm_most_frequent_token": hits / max(masked, 1.0), "pairs": sequences, "masked_tokens": int(masked)}
+    if key is not None:
+        sentence = np.concatenate(sentence)
+        result.update({f"{key}_chance": 0.5,
+                       f"{key}_majority": float(max(np.mean(sentence == 0), np.mean(sentence == 1)))})
+    return result
 
 
 def plot_pretraining_curves(history, baselines, path):
-    """MLM and NSP accuracy per epoch (training and held-out) beside the baselines, as a PNG; returns the path
-    (None when matplotlib is missing)."""
+    """MLM and NSP (or SOP) accuracy per epoch (training and held-out) beside the baselines, as a PNG (MLM alone
+    for a run without a sentence objective); returns the path (None when matplotlib is missing)."""
     try:
         import matplotlib
 
@@ -131,10 +143,12 @@ def plot_pretraining_curves(history, baselines, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for axis, (task, title, baseline, label) in zip(axes, (
-            ("mlm", "masked LM accuracy", baselines.get("mlm_most_frequent_token"), "most frequent token"),
-            ("nsp", "next sentence accuracy", 0.5, "chance"))):
+    panels = [("mlm", "masked LM accuracy", baselines.get("mlm_most_frequent_token"), "most frequent token")]
+    panels += [(task, title, 0.5, "chance") for task, title in (("nsp", "next sentence accuracy"),
+                                                                ("sop", "sentence-order accuracy"))
+               if f"{task}_accuracy" in history]
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for axis, (task, title, baseline, label) in zip(axes[0], panels):
         for key, style, name in ((f"{task}_accuracy", "-o", "training"), (f"val_{task}_accuracy", "-s", "held out")):
             values = history.get(key)
             if values:
@@ -187,7 +201,8 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
             held-out document's first two sentences.
 
     Returns:
-        ``run_recipe``'s result, with "held_out" (mlm_accuracy, nsp_accuracy, loss) and "baselines".
+        ``run_recipe``'s result, with "held_out" (mlm_accuracy, nsp_accuracy or sop_accuracy (none without a
+        sentence objective), loss) and "baselines".
     """
     import tensorflow as tf
 
@@ -208,25 +223,27 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
     tokenizer = pretraining_tokenizer(train_documents, settings.vocabulary_size, vocabulary,
                                       path=os.path.join(out_dir, "vocab.txt"))
     static = static_shapes(strategy)  # a TPU (and XLA under JAX) compiles static batches only
+    objective = settings.sentence_objective
     options = dict(sequence_length=settings.sequence_length, max_predictions=settings.max_predictions,
-                   whole_word_masking=settings.whole_word_masking)
+                   whole_word_masking=settings.whole_word_masking, sentence_objective=objective)
     train = pretraining_dataset(train_documents, tokenizer, seed=settings.seed, batch_size=settings.batch_size,
                                 drop_remainder=static, **options)
     # One pass, cached: every epoch and the final evaluation see the same held-out masks.
     held = pretraining_dataset(held_documents, tokenizer, seed=settings.seed + 1, shuffle=False,
                                batch_size=settings.batch_size, **options).cache()
     if static:  # whole batches of a multiple of the replicas, one at least when the held-out pairs are fewer
-        pairs = int(held.reduce(0, lambda count, batch: count + tf.shape(batch[1]["nsp"])[0]))
+        pairs = int(held.reduce(0, lambda count, batch: count + tf.shape(batch[1]["mlm"])[0]))
         size = held_out_batch_size(strategy, settings.batch_size, pairs)
         held = held.unbatch().batch(size, drop_remainder=True).cache().apply(
             tf.data.experimental.assert_cardinality(pairs // size))
     config = BertConfig.preset(settings.config, vocabulary_size=tokenizer.vocabulary_size,
                                max_sequence_length=settings.sequence_length)
     with strategy.scope():
-        model = BertPretrainer(built_backbone(config))
-        schedule = compile_budgeted(model, functools.partial(model.compile_for_pretraining,
-                                                             nsp_weight=settings.nsp_weight), settings.learning_rate,
-                                    settings.warmup_fraction, settings.weight_decay, settings.minutes)
+        model = BertPretrainer(built_backbone(config), sentence_objective=objective)
+        weighting = {} if objective is None else {"nsp_weight": settings.nsp_weight}
+        schedule = compile_budgeted(model, functools.partial(model.compile_for_pretraining, **weighting),
+                                    settings.learning_rate, settings.warmup_fraction, settings.weight_decay,
+                                    settings.minutes)
     learned = None if vocabulary else settings.vocabulary_size
     print(f"data: {len(train_documents)} training / {len(held_documents)} held-out documents; "
           f"{describe_vocabulary(tokenizer.vocabulary_size, learned, 'WordPiece')}; model: BERT {settings.config} ({config.num_layers} layers, d "
@@ -240,12 +257,16 @@ def run_pretraining(settings, out_dir, *, documents=None, vocabulary=None, strat
         frequent = most_frequent_token(counts, tokenizer)
         baselines.update(pretraining_baselines(held, frequent),
                          most_frequent_token=tokenizer.get_vocabulary()[frequent])
-        held_out = {"mlm_accuracy": float(scores["mlm_accuracy"]), "nsp_accuracy": float(scores["nsp_accuracy"]),
-                    "loss": float(scores["loss"])}
-        print(f"held out ({baselines['pairs']} pairs, {baselines['masked_tokens']} masked tokens): MLM accuracy "
-              f"{held_out['mlm_accuracy']:.4f} (most frequent token {baselines['most_frequent_token']!r}: "
-              f"{baselines['mlm_most_frequent_token']:.4f}); NSP accuracy {held_out['nsp_accuracy']:.4f} "
-              f"(chance 0.5, majority label {baselines['nsp_majority']:.4f})", flush=True)
+        held_out = {"mlm_accuracy": float(scores["mlm_accuracy"]), "loss": float(scores["loss"])}
+        sentence = ""
+        if objective is not None:
+            held_out[f"{objective}_accuracy"] = float(scores[f"{objective}_accuracy"])
+            sentence = (f"; {objective.upper()} accuracy {held_out[f'{objective}_accuracy']:.4f} (chance 0.5, "
+                        f"majority label {baselines[f'{objective}_majority']:.4f})")
+        sequences = "pairs" if objective is not None else "sequences"
+        print(f"held out ({baselines['pairs']} {sequences}, {baselines['masked_tokens']} masked tokens): MLM "
+              f"accuracy {held_out['mlm_accuracy']:.4f} (most frequent token {baselines['most_frequent_token']!r}: "
+              f"{baselines['mlm_most_frequent_token']:.4f}){sentence}", flush=True)
         return {"held_out": held_out, "baselines": dict(baselines)}
 
     def pictures(model, out):

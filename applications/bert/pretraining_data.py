@@ -20,6 +20,20 @@ batches for `model.fit` (B = batch_size, L = sequence_length, P = max_prediction
         "nsp": float32 (B,)    1.0 (keras needs a weight for every output once one has them)
     }
 
+That is the default, `sentence_objective="nsp"`. The other objectives (`objectives.py`) change the pairs and the
+labels' keys, nothing else:
+
+    "sop"  ALBERT's sentence-order prediction (Lan et al. 2020, section 3.1): A and B are two consecutive segments of
+           one document, cut from a chunk as the NSP pairs are; with probability 0.5 they are swapped. labels and
+           sample_weights hold "sop" int32 / float32 (B,) instead of "nsp": IN_ORDER = 0 (A then B, as in the
+           document), SWAPPED = 1 (B's text first) -- the ALBERT reference's and Hugging Face's
+           `sentence_order_label`. Both segments of a chunk are used, so no sentence is put back.
+    None   the masked LM alone (RoBERTa, Liu et al. 2019: no NSP). Sequences are single segments, [CLS] S [SEP], S
+           whole consecutive sentences of one document filling up to L - 2 tokens (RoBERTa's DOC-SENTENCES input,
+           its section 4.2, which it found slightly better than the FULL-SENTENCES its final recipe packs across
+           document ends; a sentence longer than that is cut by `pack`); segment_ids are all 0. labels and
+           sample_weights hold "mlm" only.
+
 The NSP label convention is the reference implementation's and Hugging Face's `next_sentence_label`: 0 = IsNext,
 1 = NotNext. A model with outputs {"mlm": logits (B, P, V), "nsp": logits (B, 2)} trains on it with sparse
 categorical cross-entropy for both; for the MLM loss to be the reference's mean over real predictions
@@ -41,7 +55,8 @@ epoch), while the NSP pairs are drawn once (the reference draws them anew for ea
 from the end of the longer segment (the reference removes them from a random end of it).
 
 Lower-level pieces, all TensorFlow ops (usable in a serving SavedModel): `pack` (and `is_truncated`),
-`MaskedLMMasker`; in Python: `tokenize_documents` and `next_sentence_pairs`.
+`MaskedLMMasker`; in Python: `tokenize_documents`, `next_sentence_pairs`, `sentence_order_pairs` and
+`document_segments`.
 """
 
 from __future__ import annotations
@@ -56,13 +71,18 @@ import tensorflow_text as tf_text
 from attnlayers.validation import is_int, positive_int, rate_in_unit_interval
 
 from ..core.inputs import data_order
+from .objectives import check_sentence_objective
 
-__all__ = ["IS_NEXT", "MaskedLMMasker", "NOT_NEXT", "SentencePair", "is_truncated", "next_sentence_pairs", "pack",
-           "pretraining_dataset", "tokenize_documents"]
+__all__ = ["IN_ORDER", "IS_NEXT", "MaskedLMMasker", "NOT_NEXT", "SWAPPED", "SentenceOrderPair", "SentencePair",
+           "document_segments", "is_truncated", "next_sentence_pairs", "pack", "pretraining_dataset",
+           "sentence_order_pairs", "tokenize_documents"]
 
 # Next sentence labels (reference implementation and Hugging Face).
 IS_NEXT = 0
 NOT_NEXT = 1
+# Sentence-order labels (the ALBERT reference and Hugging Face's `sentence_order_label`).
+IN_ORDER = 0
+SWAPPED = 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -219,6 +239,16 @@ class SentencePair(NamedTuple):
     document_b: int
 
 
+class SentenceOrderPair(NamedTuple):
+    """One SOP example: token ids of segments A and B (as they are packed: B's text first when swapped), the label
+    (IN_ORDER / SWAPPED) and the index, in the `documents` given to `sentence_order_pairs`, of their document."""
+
+    segment_a: list
+    segment_b: list
+    sentence_order_label: int
+    document: int
+
+
 def tokenize_documents(documents, tokenizer, *, chunk_size: int = 4096) -> list:
     """Documents of sentence strings to documents of token-id lists (empty sentences dropped).
 
@@ -270,12 +300,7 @@ def next_sentence_pairs(documents, max_tokens: int, *, seed: int = 0,
     Raises:
         ValueError: when fewer than two documents have a token (a NOT_NEXT B needs another document).
     """
-    if not is_int(max_tokens) or max_tokens < 2:
-        raise ValueError(f"`max_tokens` must be an integer >= 2 (a token for A and for B); received "
-                         f"max_tokens={max_tokens!r}.")
-    short_sequence_probability = rate_in_unit_interval(short_sequence_probability, "short_sequence_probability")
-    documents = [[list(sentence) for sentence in document if len(sentence)] for document in documents]
-    kept = [d for d, document in enumerate(documents) if document]
+    documents, kept, short_sequence_probability = _pair_arguments(documents, max_tokens, short_sequence_probability)
     if len(kept) < 2:
         raise ValueError(
             f"`documents` must have at least 2 non-empty documents (a NOT_NEXT segment comes from another "
@@ -288,7 +313,101 @@ def next_sentence_pairs(documents, max_tokens: int, *, seed: int = 0,
     return pairs
 
 
-def _document_pairs(documents, kept, index, max_tokens, short_sequence_probability, rng):
+def sentence_order_pairs(documents, max_tokens: int, *, seed: int = 0,
+                         short_sequence_probability: float = 0.1) -> list:
+    """Sentence-order prediction pairs from tokenized documents (ALBERT: Lan et al. 2020, section 3.1,
+    "Inter-sentence coherence loss"; the ALBERT reference's create_pretraining_data.py without random next
+    sentences).
+
+    The documents are cut in chunks exactly as for `next_sentence_pairs` (whole sentences filling `max_tokens`, or a
+    shorter random target with probability `short_sequence_probability` per document), and a chunk of at least two
+    sentences at a random sentence boundary into A (the first part) and B (the rest): with probability 0.5 the pair
+    is (A, B), IN_ORDER = 0; otherwise (B, A), SWAPPED = 1. Positives and negatives are the same consecutive text,
+    so only the order tells them apart (NSP's NotNext B, from another document, can be told by its topic).
+
+    Args:
+        documents: tokenized documents (`tokenize_documents`): each a list of sentences, each a list of token ids.
+        max_tokens: the target length of A + B (the sequence length less [CLS] [SEP] [SEP]), at least 2.
+        seed: seeds the Python random generator; the same arguments give the same pairs.
+        short_sequence_probability: chance that a document is cut in chunks of a random shorter target.
+
+    Returns:
+        A list of `SentenceOrderPair`s, in document order.
+
+    Raises:
+        ValueError: when no document has two non-empty sentences (a pair needs two).
+    """
+    documents, kept, short_sequence_probability = _pair_arguments(documents, max_tokens, short_sequence_probability)
+    if not any(len(documents[d]) >= 2 for d in kept):
+        raise ValueError(
+            f"`documents` must have a document of at least 2 non-empty sentences (sentence-order pairs are two "
+            f"consecutive segments of one document); received {len(documents)} documents, none with two."
+        )
+    rng = random.Random(seed)
+    pairs = []
+    for index in range(len(kept)):
+        pairs.extend(_document_pairs(documents, kept, index, max_tokens, short_sequence_probability, rng,
+                                     sentence_order=True))
+    return pairs
+
+
+def document_segments(documents, max_tokens: int, *, seed: int = 0, short_sequence_probability: float = 0.1) -> list:
+    """Single segments of whole consecutive sentences of one document, for the masked LM alone (RoBERTa's
+    DOC-SENTENCES inputs: Liu et al. 2019, section 4.2).
+
+    Each document is read in order; a segment takes sentences while they fit in the target, `max_tokens` (or, with
+    probability `short_sequence_probability` per document, a random shorter one, as for `next_sentence_pairs`);
+    the next sentence starts the next segment. Every sentence is used once. A sentence longer than the target is a
+    segment of its own (`pack` cuts it).
+
+    Args:
+        documents: tokenized documents (`tokenize_documents`): each a list of sentences, each a list of token ids.
+        max_tokens: the target length of a segment (the sequence length less [CLS] [SEP]), at least 1.
+        seed: seeds the Python random generator (the short targets).
+        short_sequence_probability: chance that a document is cut in segments of a random shorter target.
+
+    Returns:
+        A list of segments (lists of token ids), in document order.
+
+    Raises:
+        ValueError: when no document has a token.
+    """
+    if not is_int(max_tokens) or max_tokens < 1:
+        raise ValueError(f"`max_tokens` must be an integer >= 1; received max_tokens={max_tokens!r}.")
+    short_sequence_probability = rate_in_unit_interval(short_sequence_probability, "short_sequence_probability")
+    rng = random.Random(seed)
+    segments = []
+    for document in documents:
+        sentences = [list(sentence) for sentence in document if len(sentence)]
+        if not sentences:
+            continue
+        target = rng.randint(1, max_tokens) if rng.random() < short_sequence_probability else max_tokens
+        segment = []
+        for sentence in sentences:
+            if segment and len(segment) + len(sentence) > target:
+                segments.append(segment)
+                segment = []
+            segment = segment + sentence
+        segments.append(segment)
+    if not segments:
+        raise ValueError(f"`documents` must have a document with a token; received {len(documents)} documents, "
+                         "all empty.")
+    return segments
+
+
+def _pair_arguments(documents, max_tokens, short_sequence_probability):
+    """The pair makers' arguments checked: the documents without empty sentences, the indices of those with a
+    sentence, and the probability."""
+    if not is_int(max_tokens) or max_tokens < 2:
+        raise ValueError(f"`max_tokens` must be an integer >= 2 (a token for A and for B); received "
+                         f"max_tokens={max_tokens!r}.")
+    short_sequence_probability = rate_in_unit_interval(short_sequence_probability, "short_sequence_probability")
+    documents = [[list(sentence) for sentence in document if len(sentence)] for document in documents]
+    return documents, [d for d, document in enumerate(documents) if document], short_sequence_probability
+
+
+def _document_pairs(documents, kept, index, max_tokens, short_sequence_probability, rng, sentence_order=False):
+    """One document's pairs: NSP's (`next_sentence_pairs`), or SOP's with ``sentence_order``."""
     document = documents[kept[index]]
     target = rng.randint(2, max_tokens) if rng.random() < short_sequence_probability else max_tokens
     pairs, chunk, length, i = [], [], 0, 0
@@ -299,17 +418,28 @@ def _document_pairs(documents, kept, index, max_tokens, short_sequence_probabili
             if len(chunk) >= 2:
                 a_end = rng.randint(1, len(chunk) - 1)  # A = chunk[:a_end], the true B = chunk[a_end:]
                 segment_a = [t for sentence in chunk[:a_end] for t in sentence]
-                if rng.random() < 0.5:
-                    segment_b, label, source = [t for s in chunk[a_end:] for t in s], IS_NEXT, kept[index]
+                if sentence_order:  # SOP: the two consecutive segments, swapped half of the time
+                    segment_b = [t for s in chunk[a_end:] for t in s]
+                    swapped = rng.random() < 0.5
+                    first, second = (segment_b, segment_a) if swapped else (segment_a, segment_b)
+                    pairs.append(SentenceOrderPair(first, second, SWAPPED if swapped else IN_ORDER, kept[index]))
                 else:
-                    other = rng.randrange(len(kept) - 1)
-                    source = kept[other + (other >= index)]  # any document but this one
-                    segment_b, label = _random_segment(documents[source], target - len(segment_a), rng), NOT_NEXT
-                    i -= len(chunk) - a_end  # the unused true B starts the next chunk
-                pairs.append(SentencePair(segment_a, segment_b, label, kept[index], source))
+                    pairs.append(_next_sentence_pair(documents, kept, index, chunk, a_end, segment_a, target, rng))
+                    if pairs[-1].next_sentence_label == NOT_NEXT:
+                        i -= len(chunk) - a_end  # the unused true B starts the next chunk
             chunk, length = [], 0
         i += 1
     return pairs
+
+
+def _next_sentence_pair(documents, kept, index, chunk, a_end, segment_a, target, rng):
+    """NSP: the true B (IS_NEXT) with probability 0.5, else a segment of another document (NOT_NEXT)."""
+    if rng.random() < 0.5:
+        return SentencePair(segment_a, [t for s in chunk[a_end:] for t in s], IS_NEXT, kept[index], kept[index])
+    other = rng.randrange(len(kept) - 1)
+    source = kept[other + (other >= index)]  # any document but this one
+    segment_b = _random_segment(documents[source], target - len(segment_a), rng)
+    return SentencePair(segment_a, segment_b, NOT_NEXT, kept[index], source)
 
 
 def _random_segment(document, target, rng):
@@ -477,41 +607,59 @@ def pretraining_dataset(
     shuffle: bool = True,
     drop_remainder: bool = False,
     dynamic_masking: bool = True,
+    sentence_objective: str | None = "nsp",
 ):
-    """MLM + NSP batches for `model.fit` (see the module docstring for the exact structure).
+    """MLM + NSP batches for `model.fit` (see the module docstring for the exact structure); MLM + SOP, or MLM
+    alone, with `sentence_objective`.
 
     Args:
-        documents: a list of documents, each a list of sentences (strings), in order. At least two documents.
+        documents: a list of documents, each a list of sentences (strings), in order. At least two documents for
+            NSP; for SOP, one of two sentences.
         tokenizer: a `BertTokenizer`.
-        sequence_length: L (128 for 90% of BERT's steps, then 512); at least 5.
+        sequence_length: L (128 for 90% of BERT's steps, then 512); at least 5 (3 with no sentence objective).
         max_predictions: P, the most masked tokens per sequence (20 for L = 128, 80 for L = 512).
-        batch_size: pairs per batch.
+        batch_size: sequences per batch.
         seed: seeds the pairs, their shuffling and the masks (new masks every epoch, the same for every run).
         whole_word_masking: mask all pieces of a chosen word together.
         short_sequence_probability: see `next_sentence_pairs`.
-        shuffle: shuffle the pairs each epoch (False: document order).
+        shuffle: shuffle the sequences each epoch (False: document order).
         drop_remainder: drop the last smaller batch (static batch size).
         dynamic_masking: new masks (and order, with `shuffle`) each epoch (Liu et al. 2019): epoch e's are a pure
-            function of (seed, e) (`core.inputs.data_order`: `fit`'s epoch, or this dataset's passes outside `fit`). False: the same masks every pass: the batches depend on `seed` alone, however many
+            function of (seed, e) (`core.inputs.data_order`: `fit`'s epoch, or this dataset's passes outside `fit`).
+            False: the same masks every pass: the batches depend on `seed` alone, however many
             times the dataset was iterated before (Keras' `fit` under a tf.distribute strategy iterates it once
             more than without one, to build the model), as comparisons across placements need.
+        sentence_objective: "nsp" (BERT's next sentence prediction: `next_sentence_pairs`, labels "nsp"), "sop"
+            (ALBERT's sentence-order prediction: `sentence_order_pairs`, labels "sop", 0 = in order, 1 = swapped)
+            or None (the masked LM alone, RoBERTa's: `document_segments` packed as [CLS] S [SEP], labels "mlm"
+            only).
 
     Returns:
         A `tf.data.Dataset` of `(features, labels, sample_weights)`.
     """
-    sequence_length = _check_sequence_length(sequence_length, pair=True)
-    if sequence_length < 5:
-        raise ValueError(f"`sequence_length` must be at least 5 for pre-training ([CLS] [SEP] [SEP] and a token each "
-                         f"for A and B); received sequence_length={sequence_length}.")
+    sentence_objective = check_sentence_objective(sentence_objective)
+    pair = sentence_objective is not None
+    sequence_length = _check_sequence_length(sequence_length, pair=pair)
+    if sequence_length < (5 if pair else 3):
+        room = "[CLS] [SEP] [SEP] and a token each for A and B" if pair else "[CLS] [SEP] and a token"
+        raise ValueError(f"`sequence_length` must be at least {5 if pair else 3} for pre-training ({room}); received "
+                         f"sequence_length={sequence_length}.")
     batch_size = positive_int(batch_size, "batch_size")
     masker = MaskedLMMasker(tokenizer, max_predictions=max_predictions, whole_word_masking=whole_word_masking)
-    pairs = next_sentence_pairs(tokenize_documents(documents, tokenizer), sequence_length - 3, seed=seed,
-                                short_sequence_probability=short_sequence_probability)
-    labels = np.asarray([pair.next_sentence_label for pair in pairs], np.int32)
+    tokenized = tokenize_documents(documents, tokenizer)
+    options = dict(seed=seed, short_sequence_probability=short_sequence_probability)
+    if sentence_objective == "nsp":
+        pairs = next_sentence_pairs(tokenized, sequence_length - 3, **options)
+        labels = np.asarray([p.next_sentence_label for p in pairs], np.int32)
+    elif sentence_objective == "sop":
+        pairs = sentence_order_pairs(tokenized, sequence_length - 3, **options)
+        labels = np.asarray([p.sentence_order_label for p in pairs], np.int32)
+    if pair:
+        slices = (_ragged([p.segment_a for p in pairs]), _ragged([p.segment_b for p in pairs]), labels)
+    else:
+        slices = (_ragged(document_segments(tokenized, sequence_length - 2, **options)),)
     # Epoch e in (seed, e)'s order (with dynamic_masking; else (seed, 0)'s every pass), whichever process draws it.
-    ds = data_order.shuffled_slices(
-        (_ragged([p.segment_a for p in pairs]), _ragged([p.segment_b for p in pairs]), labels), seed,
-        shuffle=shuffle, each_epoch=bool(dynamic_masking))
+    ds = data_order.shuffled_slices(slices, seed, shuffle=shuffle, each_epoch=bool(dynamic_masking))
     ds = ds.ragged_batch(batch_size, drop_remainder=drop_remainder)
     # One random number per batch seeds that batch's masks: a pure function of (seed, epoch, batch) with
     # dynamic_masking (core.inputs.data_order.epoch_seeds), of (seed, batch) without.
@@ -519,12 +667,15 @@ def pretraining_dataset(
              else tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=False))
     ds = tf.data.Dataset.zip(ds, draws)
 
-    def make(pair, batch_seed):
-        segment_a, segment_b, next_sentence_label = pair
-        packed = pack(segment_a, segment_b, sequence_length=sequence_length, tokenizer=tokenizer)
+    def make(segments, batch_seed):
+        packed = pack(segments[0], segments[1] if pair else None, sequence_length=sequence_length,
+                      tokenizer=tokenizer)
         masked = masker(packed, tf.stack([batch_seed, tf.constant(seed, tf.int64)]))
         features = {key: masked[key] for key in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
-        weights = {"mlm": masked["mask_weights"], "nsp": tf.ones_like(next_sentence_label, tf.float32)}
-        return features, {"mlm": masked["mask_ids"], "nsp": next_sentence_label}, weights
+        labels, weights = {"mlm": masked["mask_ids"]}, {"mlm": masked["mask_weights"]}
+        if pair:  # "nsp" or "sop": (B,) labels, weight 1 (keras needs a weight for every output once one has them)
+            labels[sentence_objective] = segments[2]
+            weights[sentence_objective] = tf.ones_like(segments[2], tf.float32)
+        return features, labels, weights
 
     return ds.map(make, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -17,7 +17,7 @@ def layout_map(mesh, style="tensor", config=None):
             second MLP matmul by rows; the token table (V, D) and the masked-LM output bias (V,) along the
             vocabulary; position and segment tables (P, D), (S, D) along D; the pooler and the masked-LM transform
             (D, D) by columns) or "fsdp" (every matrix along its d_model axis). Task heads with a few outputs
-            (classes, tags, the span and next-sentence logits) are replicated in both.
+            (classes, tags, the span and next-sentence or sentence-order logits) are replicated in both.
         config: unused (every BERT size has the same weights); accepted for the common signature.
     """
     tensor = check_style(style) == "tensor"
@@ -28,5 +28,5 @@ def layout_map(mesh, style="tensor", config=None):
     if tensor:
         rules[r"(.*/)?(pooler|transform)/bias"] = ("model",)
         rules[r"(.*/)?mlm_head/output_bias"] = ("model",)  # (V,): the logits' vocabulary split
-    rules[r"(.*/)?(logits|span_logits|nsp_head)/kernel"] = (None, None)  # (D, K): a few outputs, replicated
+    rules[r"(.*/)?(logits|span_logits|nsp_head|sop_head)/kernel"] = (None, None)  # (D, K): a few outputs, replicated
     return make_layout_map(mesh, rules)

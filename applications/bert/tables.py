@@ -14,15 +14,22 @@ def result_row(result):
     minutes, epochs = result.get("minutes"), result.get("epochs")
     budget = f"{minutes:g} min" if minutes is not None else f"{epochs} epochs" if epochs else "-"
     task = result["task"]
+    objective = result.get("sentence_objective", "nsp")  # results written before the option were NSP's
     if task == "pretraining":
+        sentence = (f"{objective.upper()} weight {result.get('nsp_weight', 1.0):g}" if objective
+                    else "MLM only")
         task = (f"pretraining ({result.get('corpus', 'kjv')}, {result.get('config')}, lr "
-                f"{result.get('learning_rate', 0):g}, NSP weight {result.get('nsp_weight', 1.0):g})")
+                f"{result.get('learning_rate', 0):g}, {sentence})")
     init = f"{result['init']} ({result['checkpoint']})" if result.get("checkpoint") else result["init"]
     common = [task, init, str(result["seed"]), budget, str(result["training"]["steps"])]
     if result["task"] == "pretraining":
         held, base = result["held_out"], result["baselines"]
-        return common + [f"MLM {held['mlm_accuracy']:.3f} / NSP {held['nsp_accuracy']:.3f}",
-                         f"MLM {base['mlm_most_frequent_token']:.3f} (most frequent token) / NSP 0.5"]
+        if objective is None:
+            return common + [f"MLM {held['mlm_accuracy']:.3f}",
+                             f"MLM {base['mlm_most_frequent_token']:.3f} (most frequent token)"]
+        name = objective.upper()
+        return common + [f"MLM {held['mlm_accuracy']:.3f} / {name} {held[f'{objective}_accuracy']:.3f}",
+                         f"MLM {base['mlm_most_frequent_token']:.3f} (most frequent token) / {name} 0.5"]
     test, base, metric = result["test"], result["baseline"], result["metric"]
     name = "macro-F1" if metric == "macro_f1" else "accuracy"
     extra = f" (accuracy {test['accuracy']:.3f})" if metric != "accuracy" else ""

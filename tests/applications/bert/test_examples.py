@@ -146,6 +146,22 @@ def test_pretraining_baseline_counts_the_most_frequent_token():
     assert pretraining.most_frequent_token(counts, Tokenizer()) == 6
 
 
+def test_pretraining_baselines_follow_the_sentence_objective():
+    import tensorflow as tf
+
+    def batch(labels):
+        return {}, {k: tf.constant(v) for k, v in labels.items()}, {"mlm": tf.constant([[1.0, 1.0], [1.0, 0.0]])}
+
+    mlm = [[7, 5], [7, 7]]  # token 7 is right at 2 of the 3 weighted predictions
+    nsp = pretraining.pretraining_baselines([batch({"mlm": mlm, "nsp": [0, 1]})], 7)
+    assert nsp["mlm_most_frequent_token"] == pytest.approx(2 / 3) and nsp["nsp_majority"] == 0.5
+    assert nsp["pairs"] == 2 and nsp["masked_tokens"] == 3 and nsp["nsp_chance"] == 0.5
+    sop = pretraining.pretraining_baselines([batch({"mlm": mlm, "sop": [1, 1]})], 7)
+    assert sop["sop_majority"] == 1.0 and sop["sop_chance"] == 0.5 and not any(k.startswith("nsp") for k in sop)
+    alone = pretraining.pretraining_baselines([batch({"mlm": mlm})], 7)
+    assert set(alone) == {"mlm_most_frequent_token", "pairs", "masked_tokens"} and alone["pairs"] == 2
+
+
 def _check_served_tagger(path, labels):
     """The exported SavedModel, loaded with TensorFlow alone, tags a sentence word by word."""
     import tensorflow as tf
@@ -232,6 +248,25 @@ def test_pretrain_flags_and_corpus_errors(pretrain_script, tmp_path, capsys, mon
     assert "received ''" in capsys.readouterr().err
     assert pretrain_script.main(["--corpus", f"tweets+text:{tmp_path / 'gone.txt'}", "--out", str(tmp_path / "o")]) == 2
     assert "gone.txt: no such file" in capsys.readouterr().err
+
+
+def test_pretrain_objective_flag(pretrain_script, tmp_path, capsys, monkeypatch):
+    """--objective bert | roberta | albert -> the settings' sentence objective; a sentence weight without a sentence
+    objective is refused before any data is read."""
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a corpus was read before the flags were checked")
+
+    monkeypatch.setattr(corpora, "bible_documents", no_reading)
+    chosen = {name: pretrain_script.settings_from_args(pretrain_script.parse_args(["--objective", name]))
+              for name in ("bert", "roberta", "albert")}
+    assert {name: s.sentence_objective for name, s in chosen.items()} == {"bert": "nsp", "roberta": None,
+                                                                          "albert": "sop"}
+    assert chosen["bert"] == pretrain_script.settings_from_args(pretrain_script.parse_args([]))  # today's default
+    assert pretrain_script.parse_args(["--objective", "albert", "--nsp-weight", "1"]).nsp_weight == 1.0
+    with pytest.raises(SystemExit) as exit_:
+        pretrain_script.main(["--objective", "roberta", "--nsp-weight", "0.5", "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2
+    assert "--nsp-weight weighs the sentence objective's loss; --objective roberta has none" in capsys.readouterr().err
 
 
 def test_corpora_joined_by_plus(monkeypatch, tmp_path):

@@ -1,7 +1,10 @@
 """BERT pretraining: the MLM and NSP heads' shapes, the decoder tied to the token embeddings (with its own bias), the
 loss (MLM over real predictions + NSP) against NumPy, padded predictions ignored, training with model.fit (NumPy
 arrays and tf.data with the pretraining data's partial sample weights), BERT's optimizer (warm-up + linear decay,
-no decay of LayerNorm and bias weights), .keras round trip, bad input refused by name."""
+no decay of LayerNorm and bias weights), .keras round trip, bad input refused by name; the sentence objectives
+(SOP's head, the masked LM alone on a backbone without a pooler, a sentence head without one refused)."""
+
+import dataclasses
 
 import keras
 import numpy as np
@@ -281,3 +284,64 @@ def test_mask_positions_whose_values_cannot_be_read_are_not_taken_unchecked(mode
     positions.delete()
     with pytest.raises(RuntimeError, match="deleted"):
         model._check_positions(positions, features["token_ids"])
+
+
+# ---- the sentence objectives: NSP (default), ALBERT's SOP, none (RoBERTa's masked LM alone) ---------------------
+
+NO_POOLER = dataclasses.replace(CONFIG, pooler=False)  # DistilBERT-style: no "pooled_output"
+
+
+def test_mlm_alone_without_a_pooler_fits_and_round_trips(tmp_path):
+    """sentence_objective=None on a backbone with pooler=False (DistilBERT's; it used to raise KeyError
+    'pooled_output'): output "mlm" alone, no sentence head, MLM loss and accuracy only under fit, .keras round trip."""
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = BertPretrainer(BertBackbone(NO_POOLER), sentence_objective=None)
+    features, labels, weights = _batch()
+    assert list(model(features)) == ["mlm"] and not hasattr(model, "nsp_head")
+    assert not any("nsp" in w.path or "sop" in w.path for w in model.weights)
+    model.compile_for_pretraining(1e-2, warmup_steps=2, total_steps=100, run_eagerly=True)  # 2 s less than traced
+    mlm_only = (features, {"mlm": labels["mlm"]}, {"mlm": weights["mlm"]})
+    history = model.fit(tf.data.Dataset.from_tensor_slices(mlm_only).batch(B).repeat(), epochs=2, steps_per_epoch=3,
+                        shuffle=False, verbose=0).history
+    assert np.all(np.isfinite(history["loss"])) and history["loss"][-1] < history["loss"][0]
+    assert set(history) == {"loss", "mlm_accuracy"}  # no "nsp_..." or "sop_..." entries
+    with pytest.raises(ValueError, match=r"nsp_weight.*sentence_objective=None.*nsp_weight=0.5"):
+        model.compile_for_pretraining(nsp_weight=0.5)
+    with pytest.raises(ValueError, match=r"sample weights have keys 'mlm' .*unknown \['nsp'\]"):
+        model._sample_weight(labels, {**weights, "nsp": np.ones(B, "float32")})
+
+    def check_loaded(loaded, original):
+        assert loaded.sentence_objective is None and loaded.backbone.pooler is None
+        _still_tied(loaded, original)
+
+    run_model_test(lambda: model, features, tmp_path, atol=1e-5, check_loaded=check_loaded)
+
+
+def test_sentence_order_head_and_the_refusals():
+    keras.utils.set_random_seed(1)
+    model = BertPretrainer(BertBackbone(CONFIG), sentence_objective="sop")
+    features, labels, weights = _batch()
+    out = model(features)
+    assert sorted(out) == ["mlm", "sop"] and tuple(out["sop"].shape) == (B, 2)
+    assert any(w.path.startswith("sop_head/") for w in model.weights) and not hasattr(model, "nsp_head")
+    model.compile_for_pretraining(1e-3, warmup_steps=1, total_steps=10, nsp_weight=0.5, run_eagerly=True)
+    result = model.evaluate(features, {"mlm": labels["mlm"], "sop": labels["nsp"]}, batch_size=B, verbose=0,
+                            sample_weight={**weights, "sop": np.ones(B, "float32")}, return_dict=True)
+    assert {"mlm_loss", "sop_loss", "mlm_accuracy", "sop_accuracy"} <= set(result)
+    np.testing.assert_allclose(result["loss"], result["mlm_loss"] + 0.5 * result["sop_loss"], rtol=1e-5)
+    clone = BertPretrainer.from_config(model.get_config())
+    assert clone.sentence_objective == "sop" and model.get_config()["sentence_objective"] == "sop"
+    # a config written before the option (no key) is BERT's NSP
+    old = {k: v for k, v in BertPretrainer(BertBackbone(CONFIG)).get_config().items() if k != "sentence_objective"}
+    assert BertPretrainer.from_config(old).sentence_objective == "nsp"
+    # a sentence head needs the pooled output; a bad objective is named
+    for objective in ("nsp", "sop"):
+        with pytest.raises(ValueError, match=rf"sentence_objective='{objective}'.*pooled_output.*pooler=False.*"
+                                             r"Pass sentence_objective=None"):
+            BertPretrainer(BertBackbone(NO_POOLER), sentence_objective=objective)
+    with pytest.raises(ValueError, match=r"pooled_output.*pooler=False"):
+        BertPretrainer(BertBackbone(NO_POOLER))  # the default, NSP
+    with pytest.raises(ValueError, match=r"`sentence_objective` must be.*received sentence_objective='mlm'"):
+        BertPretrainer(BertBackbone(CONFIG), sentence_objective="mlm")

@@ -1,7 +1,8 @@
 """BERT pre-training data: packing and truncation (against the reference's truncate_seq_pair and keras-hub's
 packer), NSP pairs (50/50 labels, negatives from other documents), MLM masking statistics (15% chosen; 80/10/10,
 with tolerances of three binomial standard deviations), whole-word masking, the tf.data pipeline and a SavedModel
-that serves tokenize -> pack -> mask."""
+that serves tokenize -> pack -> mask; the other sentence objectives: ALBERT's sentence-order pairs, RoBERTa's single
+segments (the masked LM alone) and their batches."""
 
 import random
 
@@ -11,13 +12,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from attnlayers.applications.bert.pretraining_data import (
+    IN_ORDER,
     IS_NEXT,
     NOT_NEXT,
+    SWAPPED,
     MaskedLMMasker,
+    document_segments,
     is_truncated,
     next_sentence_pairs,
     pack,
     pretraining_dataset,
+    sentence_order_pairs,
     tokenize_documents,
 )
 from attnlayers.applications.bert.tokenizer import SPECIAL_TOKENS, BertTokenizer
@@ -454,3 +459,84 @@ def test_serving_savedmodel(tokenizer, tmp_path):
         np.testing.assert_array_equal(served[key], expected[key])
     assert served["truncated"].numpy().tolist() == [False, True]
     assert served["token_ids"].shape == (2, 12) and served["mask_positions"].shape == (2, 4)
+
+
+# --------------------------------------------------------------------------------------------------
+# The other sentence objectives: ALBERT's sentence order, RoBERTa's masked LM alone
+
+
+def test_sentence_order_pairs_are_consecutive_segments_in_order_or_swapped():
+    """SOP (Lan et al. 2020, 3.1): A and B are consecutive text of one document; label 0 = in order, 1 = swapped."""
+    documents = tagged_documents(200)
+    pairs = sentence_order_pairs(documents, 20, seed=1)
+    labels = np.asarray([p.sentence_order_label for p in pairs])
+    assert (IN_ORDER, SWAPPED) == (0, 1) and set(labels) == {IN_ORDER, SWAPPED}
+    assert len(pairs) > 300 and within_binomial((labels == IN_ORDER).sum(), len(labels), 0.5)
+    for pair in pairs:
+        a, b = sentence_runs(pair.segment_a), sentence_runs(pair.segment_b)
+        assert {d for d, _ in a + b} == {pair.document}  # never another document's text
+        sentences_a, sentences_b = [s for _, s in a], [s for _, s in b]
+        assert sentences_a == list(range(sentences_a[0], sentences_a[-1] + 1))  # whole, consecutive sentences
+        assert sentences_b == list(range(sentences_b[0], sentences_b[-1] + 1))
+        if pair.sentence_order_label == IN_ORDER:  # B is what follows A
+            assert sentences_b[0] == sentences_a[-1] + 1
+        else:  # the same two segments, swapped: A is what follows B
+            assert sentences_a[0] == sentences_b[-1] + 1
+    # no sentence is used twice (both segments of a chunk are kept; nothing is put back)
+    used = [run for p in pairs for run in sentence_runs(p.segment_a) + sentence_runs(p.segment_b)]
+    assert len(used) == len(set(used))
+    assert sentence_order_pairs(documents, 20, seed=1) == pairs and sentence_order_pairs(documents, 20, seed=2) != pairs
+    # one document is enough (NSP needs two); none with two sentences is refused
+    assert sentence_order_pairs([[[1], [2]]], 4, short_sequence_probability=0.0)[0].document == 0
+    with pytest.raises(ValueError, match="at least 2 non-empty sentences.*none with two"):
+        sentence_order_pairs([[[5, 6]], [[7], []]], 10)
+
+
+def test_document_segments_cover_each_document_in_order_once():
+    """RoBERTa's DOC-SENTENCES: whole consecutive sentences of one document, at most max_tokens, each used once."""
+    documents = tagged_documents(100)
+    segments = document_segments(documents, 20, seed=3, short_sequence_probability=0.0)
+    for segment in segments:
+        runs = sentence_runs(segment)
+        assert len({d for d, _ in runs}) == 1
+        assert [s for _, s in runs] == list(range(runs[0][1], runs[-1][1] + 1))
+        assert len(segment) <= 20 or len(runs) == 1  # a longer segment is one long sentence
+    assert [run for segment in segments for run in sentence_runs(segment)] == [
+        (d, s) for d, document in enumerate(documents) for s in range(len(document))]  # all, in order, once
+    # each segment is as full as the next sentence allows
+    for segment, following in zip(segments, segments[1:], strict=False):
+        if sentence_runs(segment)[0][0] == sentence_runs(following)[0][0]:
+            assert len(segment) + following.count(following[0]) > 20
+    with pytest.raises(ValueError, match="a document with a token"):
+        document_segments([[[]], []], 8)
+
+
+def test_pretraining_dataset_sentence_objectives(tokenizer):
+    documents = text_documents(12)
+    options = dict(sequence_length=24, max_predictions=4, batch_size=8, seed=2)
+    sop = pretraining_dataset(documents, tokenizer, sentence_objective="sop", **options)
+    _, labels, weights = sop.element_spec
+    assert set(labels) == set(weights) == {"mlm", "sop"}
+    assert labels["sop"].shape.as_list() == [None] and labels["sop"].dtype == tf.int32
+    batches = list(sop)
+    assert set(np.concatenate([y["sop"].numpy() for _, y, _ in batches])) == {IN_ORDER, SWAPPED}
+    assert all((w["sop"].numpy() == 1).all() for _, _, w in batches)
+    for x, _, _ in batches:  # pairs: [CLS] A [SEP] B [SEP]
+        assert ((x["token_ids"].numpy() == SEP).sum(1) == 2).all() and (x["segment_ids"].numpy().max(1) == 1).all()
+    # None: the masked LM alone, single segments [CLS] S [SEP]
+    alone = pretraining_dataset(documents, tokenizer, sentence_objective=None, **options)
+    features, labels, weights = alone.element_spec
+    assert set(features) == {"token_ids", "segment_ids", "padding_mask", "mask_positions"}
+    assert set(labels) == set(weights) == {"mlm"}
+    sequences = 0
+    for x, y, w in alone:
+        token_ids = x["token_ids"].numpy()
+        assert (token_ids[:, 0] == CLS).all() and ((token_ids == SEP).sum(1) == 1).all()
+        assert (x["segment_ids"].numpy() == 0).all() and (w["mlm"].numpy().sum(1) >= 1).all()
+        sequences += len(token_ids)
+    assert sequences == len(document_segments(tokenize_documents(documents, tokenizer), 22, seed=2))
+    with pytest.raises(ValueError, match=r"`sentence_objective` must be 'nsp'.*'sop'.*None.*received "
+                                         r"sentence_objective='mlm'"):
+        pretraining_dataset(documents, tokenizer, sentence_objective="mlm")
+    with pytest.raises(ValueError, match="`sequence_length` must be at least 3"):
+        pretraining_dataset(documents, tokenizer, sentence_objective=None, sequence_length=2)
